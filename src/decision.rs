@@ -1,0 +1,198 @@
+//! The decision: is this EndpointSlice carried, given its namespace's record?
+//!
+//! | record state        | copy, ≥1 address named | copy, none named | copy, no address | not a copy |
+//! |---------------------|------------------------|------------------|------------------|------------|
+//! | absent              | allow                  | allow            | allow            | allow      |
+//! | present (or empty)  | allow                  | deny             | allow            | allow      |
+//! | unavailable         | error                  | error            | allow            | allow      |
+//!
+//! Every doubt resolves toward keeping what is published: withdrawing a route for a pod that still
+//! serves black-holes live traffic, while a route nothing uses costs one table entry.
+
+use k8s_openapi::api::discovery::v1::{Endpoint, EndpointSlice};
+
+use crate::record::RecordState;
+use crate::selector::CopySelector;
+
+/// Why a slice is allowed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Allowed {
+    NotACopy,
+    NoAddresses,
+    NoRecord,
+    /// The record names at least this address of the copy.
+    Named(String),
+}
+
+/// The outcome for one slice.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Decision {
+    Allow(Allowed),
+    /// A copy none of whose addresses the record names.
+    Deny(Denial),
+    /// The record cannot be read now; admit nothing new, withdraw nothing.
+    Unavailable(String),
+}
+
+/// A copy the record names none of the addresses of.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Denial {
+    pub namespace: String,
+    pub name: String,
+    /// The copy's addresses, as the slice spells them, each once, in slice order.
+    pub addresses: Vec<String>,
+}
+
+impl Denial {
+    pub fn message(&self) -> String {
+        format!(
+            "EndpointSlice {ns}/{name} is not carried: EdgeReachability in {ns} names none of its addresses ({addrs})",
+            ns = self.namespace,
+            name = self.name,
+            addrs = self.addresses.join(", "),
+        )
+    }
+}
+
+impl Decision {
+    pub fn is_allowed(&self) -> bool {
+        matches!(self, Decision::Allow(_))
+    }
+
+    /// A short label for metrics and logs.
+    pub fn label(&self) -> &'static str {
+        match self {
+            Decision::Allow(_) => "allow",
+            Decision::Deny(_) => "deny",
+            Decision::Unavailable(_) => "error",
+        }
+    }
+}
+
+/// Is this slice a copy, by the selector?
+pub fn is_copy(slice: &EndpointSlice, selector: &CopySelector) -> bool {
+    selector.matches(slice.metadata.labels.as_ref())
+}
+
+/// The slice's endpoints; none when the field is absent.
+pub fn endpoints(slice: &EndpointSlice) -> &[Endpoint] {
+    slice.endpoints.as_deref().unwrap_or_default()
+}
+
+/// Every address the slice carries, as spelled, in order.
+pub fn slice_addresses(slice: &EndpointSlice) -> impl Iterator<Item = &str> {
+    endpoints(slice).iter().flat_map(|e| e.addresses.iter().map(String::as_str))
+}
+
+/// Decide whether `slice` is carried under `state`, the record of the slice's namespace.
+pub fn decide(state: &RecordState, slice: &EndpointSlice, selector: &CopySelector) -> Decision {
+    if !is_copy(slice, selector) {
+        return Decision::Allow(Allowed::NotACopy);
+    }
+    if slice_addresses(slice).next().is_none() {
+        return Decision::Allow(Allowed::NoAddresses);
+    }
+    let record = match state {
+        RecordState::Absent => return Decision::Allow(Allowed::NoRecord),
+        RecordState::Unavailable(reason) => return Decision::Unavailable(reason.clone()),
+        RecordState::Present(record) => record,
+    };
+    if let Some(named) = slice_addresses(slice).find(|a| record.names(a)) {
+        return Decision::Allow(Allowed::Named(named.to_owned()));
+    }
+    let mut addresses: Vec<String> = Vec::new();
+    for a in slice_addresses(slice) {
+        if !addresses.iter().any(|seen| seen == a) {
+            addresses.push(a.to_owned());
+        }
+    }
+    Decision::Deny(Denial {
+        namespace: slice.metadata.namespace.clone().unwrap_or_default(),
+        name: slice.metadata.name.clone().unwrap_or_default(),
+        addresses,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::record::Record;
+    use crate::fixtures::{copy, not_copy};
+
+    fn present(entries: &[&str]) -> RecordState {
+        RecordState::Present(Arc::new(Record::from_entries(entries.iter().copied())))
+    }
+
+    fn unavailable() -> RecordState {
+        RecordState::Unavailable("record source not synced".into())
+    }
+
+    /// The decision table of DESIGN.md, row by row.
+    #[test]
+    fn decision_table() {
+        let sel = CopySelector::default();
+        let served = copy("proj-a", "web-1", &["fd00:10::7"]);
+        let unserved = copy("proj-a", "web-2", &["fd00:10::9", "fd00:10::a"]);
+        let empty = copy("proj-a", "web-3", &[]);
+        let other = not_copy("proj-a", "kube-svc", &["fd00:10::9"]);
+        let deny = |s: &EndpointSlice, addrs: &[&str]| {
+            Decision::Deny(Denial {
+                namespace: "proj-a".into(),
+                name: s.metadata.name.clone().unwrap_or_default(),
+                addresses: addrs.iter().map(|a| (*a).to_owned()).collect(),
+            })
+        };
+        let named = |a: &str| Decision::Allow(Allowed::Named(a.into()));
+        let rows: Vec<(&str, RecordState, &EndpointSlice, Decision)> = vec![
+            ("absent, named", RecordState::Absent, &served, Decision::Allow(Allowed::NoRecord)),
+            ("absent, unnamed", RecordState::Absent, &unserved, Decision::Allow(Allowed::NoRecord)),
+            ("absent, no addresses", RecordState::Absent, &empty, Decision::Allow(Allowed::NoAddresses)),
+            ("absent, not a copy", RecordState::Absent, &other, Decision::Allow(Allowed::NotACopy)),
+            ("present, named", present(&["fd00:10::7"]), &served, named("fd00:10::7")),
+            ("present, named in another spelling", present(&["FD00:10:0:0::7"]), &served, named("fd00:10::7")),
+            ("present, one of two named", present(&["fd00:10::a"]), &unserved, named("fd00:10::a")),
+            ("present, unnamed", present(&["fd00:10::7"]), &unserved, deny(&unserved, &["fd00:10::9", "fd00:10::a"])),
+            ("empty record, unnamed", present(&[]), &unserved, deny(&unserved, &["fd00:10::9", "fd00:10::a"])),
+            ("empty record, named elsewhere", present(&[]), &served, deny(&served, &["fd00:10::7"])),
+            ("invalid entries only", present(&["fd00:10::/64", "bogus!"]), &served, deny(&served, &["fd00:10::7"])),
+            ("present, no addresses", present(&[]), &empty, Decision::Allow(Allowed::NoAddresses)),
+            ("present, not a copy", present(&[]), &other, Decision::Allow(Allowed::NotACopy)),
+            ("unavailable, named", unavailable(), &served, Decision::Unavailable("record source not synced".into())),
+            ("unavailable, unnamed", unavailable(), &unserved, Decision::Unavailable("record source not synced".into())),
+            ("unavailable, no addresses", unavailable(), &empty, Decision::Allow(Allowed::NoAddresses)),
+            ("unavailable, not a copy", unavailable(), &other, Decision::Allow(Allowed::NotACopy)),
+        ];
+        for (row, state, slice, want) in rows {
+            assert_eq!(decide(&state, slice, &sel), want, "row: {row}");
+        }
+    }
+
+    #[test]
+    fn denial_message_names_namespace_and_addresses() {
+        let slice = copy("proj-a", "web-7f9c", &["fd00:10::9", "fd00:10::a", "fd00:10::9"]);
+        let Decision::Deny(denial) = decide(&present(&[]), &slice, &CopySelector::default()) else {
+            panic!("expected a denial");
+        };
+        assert_eq!(
+            denial.message(),
+            "EndpointSlice proj-a/web-7f9c is not carried: EdgeReachability in proj-a names none of its addresses (fd00:10::9, fd00:10::a)"
+        );
+    }
+
+    #[test]
+    fn handles_ipv4_fqdn_and_many_endpoints() {
+        let sel = CopySelector::default();
+        let v4 = copy("p", "v4", &["10.0.3.7", "10.0.3.8"]);
+        assert!(decide(&present(&["::ffff:10.0.3.8"]), &v4, &sel).is_allowed());
+        let fqdn = copy("p", "fqdn", &["web.example.com"]);
+        assert!(decide(&present(&["WEB.example.com."]), &fqdn, &sel).is_allowed());
+        assert!(!decide(&present(&["api.example.com"]), &fqdn, &sel).is_allowed());
+        let many: Vec<String> = (0..1000).map(|i| format!("fd00:10::{i:x}")).collect();
+        let many_refs: Vec<&str> = many.iter().map(String::as_str).collect();
+        let big = copy("p", "big", &many_refs);
+        assert!(decide(&present(&["fd00:10::3e7"]), &big, &sel).is_allowed());
+        assert!(!decide(&present(&["fd00:10::3e8"]), &big, &sel).is_allowed());
+    }
+}

@@ -1,0 +1,101 @@
+//! A namespace's record, normalised for matching, and the state a lookup finds it in.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use crate::address::{Address, AddressError};
+
+type FastSet<T> = HashSet<T, foldhash::fast::RandomState>;
+
+/// The addresses one EdgeReachability names, normalised.
+///
+/// Entries that are no address are kept aside: they are reported, and match only a slice address
+/// spelled exactly the same (what the write-back's exact-string compare would do), so a bad entry
+/// can never turn into a withdrawal.
+#[derive(Clone, Debug, Default)]
+pub struct Record {
+    addresses: FastSet<Address>,
+    invalid: Vec<InvalidEntry>,
+}
+
+/// A record entry that is no address.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct InvalidEntry {
+    pub entry: String,
+    pub error: AddressError,
+}
+
+impl Record {
+    pub fn from_entries<'a>(entries: impl IntoIterator<Item = &'a str>) -> Self {
+        let mut record = Record::default();
+        for entry in entries {
+            match entry.parse::<Address>() {
+                Ok(address) => {
+                    record.addresses.insert(address);
+                }
+                Err(error) => record.invalid.push(InvalidEntry { entry: entry.to_owned(), error }),
+            }
+        }
+        record.addresses.shrink_to_fit();
+        record
+    }
+
+    /// Does the record name this slice address (as written in the slice)?
+    pub fn names(&self, slice_address: &str) -> bool {
+        match slice_address.parse::<Address>() {
+            Ok(address) => self.addresses.contains(&address),
+            Err(_) => self.invalid.iter().any(|i| i.entry == slice_address),
+        }
+    }
+
+    /// How many distinct valid addresses the record names.
+    pub fn len(&self) -> usize {
+        self.addresses.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.addresses.is_empty() && self.invalid.is_empty()
+    }
+
+    /// Entries skipped for matching because they are no address.
+    pub fn invalid(&self) -> &[InvalidEntry] {
+        &self.invalid
+    }
+
+    /// The union of two records: used where one namespace has two sources of `default` (two
+    /// files), since every doubt resolves toward keeping what is published.
+    pub fn union(&self, other: &Record) -> Record {
+        let mut merged = self.clone();
+        merged.addresses.extend(other.addresses.iter().cloned());
+        merged.invalid.extend(other.invalid.iter().cloned());
+        merged
+    }
+}
+
+/// What a lookup of a namespace's record found.
+#[derive(Clone, Debug)]
+pub enum RecordState {
+    /// No record: the control plane has not answered for this namespace. Nothing changes.
+    Absent,
+    /// The record, possibly empty.
+    Present(Arc<Record>),
+    /// The record cannot be known now (source not synced, hub unreadable). Nothing changes.
+    Unavailable(String),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_matches_normalised_and_exact_invalid_entries() {
+        let record = Record::from_entries(["fd00:10:0::7", "10.0.3.7", "not an address", ""]);
+        assert_eq!(record.len(), 2);
+        assert_eq!(record.invalid().len(), 2);
+        assert!(record.names("fd00:10::7"));
+        assert!(record.names("::ffff:10.0.3.7"));
+        assert!(!record.names("fd00:10::8"));
+        assert!(record.names("not an address"), "exact string as the write-back compares");
+        assert!(!record.names("Not An Address"));
+    }
+}

@@ -1,0 +1,149 @@
+//! The in-memory index of records that every review reads: zero API calls per lookup.
+//!
+//! Sources (files, a Kubernetes watch) write whole snapshots or single records into it; the webhook
+//! and the pruner only read. Until a source says it has synced, every lookup is
+//! [`RecordState::Unavailable`]: not knowing is not the same as there being no record.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
+
+use crate::record::{Record, RecordState};
+
+/// The name every record carries; records with other names are ignored, as the write-back does.
+pub const DEFAULT_RECORD_NAME: &str = "default";
+
+/// Read side of a record source: what the webhook and the pruner consult.
+pub trait RecordSource: Send + Sync {
+    /// The record of `namespace`, or why it cannot be known now.
+    fn lookup(&self, namespace: &str) -> RecordState;
+    /// Has the source loaded its first complete view?
+    fn synced(&self) -> bool;
+    /// Counts for metrics.
+    fn stats(&self) -> StoreStats;
+}
+
+/// Counts exposed as metrics.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StoreStats {
+    /// Records named `default`, one per namespace.
+    pub records: u64,
+    /// Distinct valid addresses over all those records.
+    pub addresses: u64,
+    /// Entries skipped because they are no address.
+    pub invalid_entries: u64,
+    /// Records ignored because they are not named `default`, as last seen.
+    pub ignored_records: u64,
+}
+
+/// Namespace → record, plus whether the source behind it has synced.
+#[derive(Debug)]
+pub struct RecordStore {
+    record_name: String,
+    records: RwLock<HashMap<String, Arc<Record>>>,
+    synced: AtomicBool,
+    ignored: AtomicU64,
+}
+
+impl RecordStore {
+    pub fn new(record_name: impl Into<String>) -> Self {
+        RecordStore {
+            record_name: record_name.into(),
+            records: RwLock::new(HashMap::new()),
+            synced: AtomicBool::new(false),
+            ignored: AtomicU64::new(0),
+        }
+    }
+
+    /// The only record name this store indexes.
+    pub fn record_name(&self) -> &str {
+        &self.record_name
+    }
+
+    /// Replace everything with a complete view and mark the store synced.
+    pub fn replace_all(&self, records: HashMap<String, Arc<Record>>, ignored: u64) {
+        *self.write() = records;
+        self.ignored.store(ignored, Ordering::Relaxed);
+        self.synced.store(true, Ordering::Release);
+    }
+
+    /// Insert or replace one namespace's record.
+    pub fn upsert(&self, namespace: &str, record: Record) {
+        self.write().insert(namespace.to_owned(), Arc::new(record));
+    }
+
+    /// The namespace's record was deleted: back to "no record", which withdraws nothing.
+    pub fn remove(&self, namespace: &str) {
+        self.write().remove(namespace);
+    }
+
+    /// Mark the store unsynced (its source lost its view), so lookups answer `Unavailable`.
+    pub fn set_synced(&self, synced: bool) {
+        self.synced.store(synced, Ordering::Release);
+    }
+
+    /// Note a record that is ignored because of its name.
+    pub fn set_ignored(&self, ignored: u64) {
+        self.ignored.store(ignored, Ordering::Relaxed);
+    }
+
+    /// Namespaces that have a record, for a full resync pass.
+    pub fn namespaces(&self) -> Vec<String> {
+        self.read().keys().cloned().collect()
+    }
+
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, HashMap<String, Arc<Record>>> {
+        // A writer never panics while holding the lock, but should one ever, the map it left is
+        // still a whole map: keep serving it rather than failing every review.
+        self.records.read().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, HashMap<String, Arc<Record>>> {
+        self.records.write().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+impl RecordSource for RecordStore {
+    fn lookup(&self, namespace: &str) -> RecordState {
+        if !self.synced.load(Ordering::Acquire) {
+            return RecordState::Unavailable("the record source has not synced yet".to_owned());
+        }
+        match self.read().get(namespace) {
+            Some(record) => RecordState::Present(Arc::clone(record)),
+            None => RecordState::Absent,
+        }
+    }
+
+    fn synced(&self) -> bool {
+        self.synced.load(Ordering::Acquire)
+    }
+
+    fn stats(&self) -> StoreStats {
+        let records = self.read();
+        StoreStats {
+            records: records.len() as u64,
+            addresses: records.values().map(|r| r.len() as u64).sum(),
+            invalid_entries: records.values().map(|r| r.invalid().len() as u64).sum(),
+            ignored_records: self.ignored.load(Ordering::Relaxed),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unsynced_store_is_unavailable_not_absent() {
+        let store = RecordStore::new(DEFAULT_RECORD_NAME);
+        assert!(matches!(store.lookup("ns"), RecordState::Unavailable(_)));
+        store.replace_all(HashMap::new(), 0);
+        assert!(matches!(store.lookup("ns"), RecordState::Absent));
+        store.upsert("ns", Record::from_entries(["fd00::1"]));
+        assert!(matches!(store.lookup("ns"), RecordState::Present(r) if r.len() == 1));
+        store.remove("ns");
+        assert!(matches!(store.lookup("ns"), RecordState::Absent));
+        store.set_synced(false);
+        assert!(matches!(store.lookup("ns"), RecordState::Unavailable(_)));
+    }
+}
