@@ -1,1 +1,23 @@
-fn main(){}
+//! `edgegate-webhook`: admits EndpointSlice copies to the hub only where their namespace's
+//! EdgeReachability names one of their addresses.
+#![forbid(unsafe_code)]
+
+mod admission;
+mod args;
+mod metrics;
+mod run;
+mod server;
+mod tls;
+
+use clap::Parser;
+
+#[tokio::main]
+async fn main() -> std::process::ExitCode {
+    let args = args::Args::parse();
+    run::init_tracing(args.log_format);
+    if let Err(error) = run::run(args).await {
+        tracing::error!(error = format!("{error:#}"), "edgegate-webhook failed");
+        return std::process::ExitCode::FAILURE;
+    }
+    std::process::ExitCode::SUCCESS
+}

@@ -1,0 +1,115 @@
+//! Command-line flags, each with an `EDGEGATE_` environment fallback.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Parser, ValueEnum};
+use edgegate::CopySelector;
+
+#[derive(Debug, Parser)]
+#[command(name = "edgegate-webhook", version, about = "Admits EndpointSlice copies to a federation hub only where their namespace's EdgeReachability names one of their addresses")]
+pub struct Args {
+    /// Address the HTTPS listener binds (admission, probes and metrics).
+    #[arg(long, env = "EDGEGATE_LISTEN", default_value = "0.0.0.0:8443")]
+    pub listen: SocketAddr,
+
+    /// Serving certificate (PEM, leaf first). Re-read when the file changes.
+    #[arg(long, env = "EDGEGATE_TLS_CERT", requires = "tls_key", conflicts_with = "self_signed")]
+    pub tls_cert: Option<PathBuf>,
+
+    /// Private key of the serving certificate (PEM). Re-read when the file changes.
+    #[arg(long, env = "EDGEGATE_TLS_KEY", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+
+    /// Make (or reuse) a dev CA and a serving certificate for localhost, 127.0.0.1 and ::1 in DIR:
+    /// ca.crt, tls.crt, tls.key. The default when no --tls-cert is given.
+    #[arg(long, env = "EDGEGATE_SELF_SIGNED", value_name = "DIR", default_value = ".edgegate/tls")]
+    pub self_signed: PathBuf,
+
+    /// Read records from EdgeReachability manifests in DIR (YAML or JSON), watched for changes.
+    /// The default record source; --kubernetes reads them from the hub instead.
+    #[arg(long, env = "EDGEGATE_RECORDS_DIR", value_name = "DIR", default_value = "records")]
+    pub records_dir: PathBuf,
+
+    /// Read records from the hub's API server (in-cluster config, or --kubeconfig) instead of files.
+    #[arg(long, env = "EDGEGATE_KUBERNETES")]
+    pub kubernetes: bool,
+
+    /// Kubeconfig for the hub, with --kubernetes. Without it: in-cluster config, then ~/.kube/config.
+    #[arg(long, env = "EDGEGATE_KUBECONFIG")]
+    pub kubeconfig: Option<PathBuf>,
+
+    /// Kubeconfig context to use, with --kubeconfig.
+    #[arg(long, env = "EDGEGATE_CONTEXT")]
+    pub context: Option<String>,
+
+    /// Only EdgeReachability records with this name count; others are ignored and counted.
+    #[arg(long, env = "EDGEGATE_RECORD_NAME", default_value = edgegate::store::DEFAULT_RECORD_NAME)]
+    pub record_name: String,
+
+    /// Label selector that identifies copies; every other EndpointSlice passes unjudged.
+    #[arg(long, env = "EDGEGATE_COPY_SELECTOR", default_value = edgegate::selector::DEFAULT_COPY_SELECTOR)]
+    pub copy_selector: CopySelector,
+
+    /// deny: refuse unserved copies. warn: admit them with a warning (for a first rollout).
+    #[arg(long, env = "EDGEGATE_MODE", value_enum, default_value_t = Mode::Deny)]
+    pub mode: Mode,
+
+    /// Largest request body accepted; larger ones get 413.
+    #[arg(long, env = "EDGEGATE_MAX_BODY_BYTES", default_value_t = 8 * 1024 * 1024)]
+    pub max_body_bytes: usize,
+
+    /// Also serve /healthz, /readyz and /metrics over plain HTTP on this address.
+    #[arg(long, env = "EDGEGATE_ADMIN_LISTEN")]
+    pub admin_listen: Option<SocketAddr>,
+
+    /// On SIGTERM, how long in-flight requests may take to finish.
+    #[arg(long, env = "EDGEGATE_SHUTDOWN_GRACE", value_parser = parse_duration, default_value = "10s")]
+    pub shutdown_grace: Duration,
+
+    /// Log format.
+    #[arg(long, env = "EDGEGATE_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Mode {
+    Deny,
+    Warn,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+/// `500ms`, `10s`, `2m`, or a bare number of seconds.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let (number, unit) = s.find(|c: char| !c.is_ascii_digit() && c != '.').map_or((s, "s"), |i| s.split_at(i));
+    let value: f64 = number.parse().map_err(|_| format!("{s:?} is not a duration like 500ms, 10s or 2m"))?;
+    let seconds = match unit {
+        "ms" => value / 1000.0,
+        "s" => value,
+        "m" => value * 60.0,
+        _ => return Err(format!("{s:?}: unit must be ms, s or m")),
+    };
+    Duration::try_from_secs_f64(seconds).map_err(|e| format!("{s:?}: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("10s"), Ok(Duration::from_secs(10)));
+        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        assert_eq!(parse_duration("3"), Ok(Duration::from_secs(3)));
+        assert!(parse_duration("soon").is_err());
+        assert!(parse_duration("5h").is_err());
+    }
+}

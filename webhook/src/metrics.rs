@@ -1,0 +1,109 @@
+//! Prometheus metrics, in the text format on `/metrics`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use edgegate::RecordSource;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReviewLabels {
+    operation: String,
+    decision: String,
+    dry_run: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ResultLabels {
+    result: String,
+}
+
+/// Every metric the webhook exports.
+pub struct Metrics {
+    registry: Registry,
+    reviews: Family<ReviewLabels, Counter>,
+    duration: Histogram,
+    tls_reloads: Family<ResultLabels, Counter>,
+    record_file_errors: Counter,
+    records: Gauge,
+    addresses: Gauge,
+    invalid_entries: Gauge,
+    ignored_records: Gauge,
+    synced: Gauge,
+}
+
+impl Metrics {
+    pub fn new() -> Self {
+        let mut registry = Registry::with_prefix("edgegate");
+        let reviews = Family::<ReviewLabels, Counter>::default();
+        registry.register("admission_reviews", "AdmissionReviews answered, by operation, decision and dryRun", reviews.clone());
+        // 50 µs .. ~0.8 s: reviews are answered from memory, so the interesting range is small.
+        let duration = Histogram::new(prometheus_client::metrics::histogram::exponential_buckets(0.000_05, 2.5, 12));
+        registry.register("admission_duration_seconds", "Time to decode, judge and encode one review", duration.clone());
+        let tls_reloads = Family::<ResultLabels, Counter>::default();
+        registry.register("tls_reloads", "Serving certificate reloads after a file change, by result", tls_reloads.clone());
+        let record_file_errors = Counter::default();
+        registry.register("record_file_errors", "Record files that failed to parse (their last good state was kept)", record_file_errors.clone());
+        let records = Gauge::default();
+        registry.register("records", "EdgeReachability records in force (one per namespace)", records.clone());
+        let addresses = Gauge::default();
+        registry.register("record_addresses", "Valid addresses named over all records", addresses.clone());
+        let invalid_entries = Gauge::default();
+        registry.register("record_invalid_entries", "Record entries that are no address, skipped for matching", invalid_entries.clone());
+        let ignored_records = Gauge::default();
+        registry.register("records_ignored", "EdgeReachability objects ignored because of their name", ignored_records.clone());
+        let synced = Gauge::default();
+        registry.register("record_source_synced", "1 once the record source has loaded its first complete view", synced.clone());
+        Metrics { registry, reviews, duration, tls_reloads, record_file_errors, records, addresses, invalid_entries, ignored_records, synced }
+    }
+
+    pub fn review(&self, operation: &str, decision: &str, dry_run: bool, took: Duration) {
+        self.reviews
+            .get_or_create(&ReviewLabels {
+                operation: operation.to_owned(),
+                decision: decision.to_owned(),
+                dry_run: dry_run.to_string(),
+            })
+            .inc();
+        self.duration.observe(took.as_secs_f64());
+    }
+
+    pub fn tls_reload(&self, result: &str) {
+        self.tls_reloads.get_or_create(&ResultLabels { result: result.to_owned() }).inc();
+    }
+
+    /// Set the file-error counter to the source's running total.
+    pub fn record_file_errors(&self, total: u64) {
+        let seen = self.record_file_errors.get();
+        if total > seen {
+            self.record_file_errors.inc_by(total - seen);
+        }
+    }
+
+    /// The text exposition, with gauges read from the record source now.
+    pub fn encode(&self, source: &Arc<dyn RecordSource>) -> String {
+        let stats = source.stats();
+        let as_i64 = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+        self.records.set(as_i64(stats.records));
+        self.addresses.set(as_i64(stats.addresses));
+        self.invalid_entries.set(as_i64(stats.invalid_entries));
+        self.ignored_records.set(as_i64(stats.ignored_records));
+        self.synced.set(i64::from(source.synced()));
+        let mut text = String::new();
+        if let Err(e) = prometheus_client::encoding::text::encode(&mut text, &self.registry) {
+            tracing::warn!(error = %e, "encoding metrics failed");
+        }
+        text
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}

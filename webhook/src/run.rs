@@ -1,0 +1,120 @@
+//! Wiring: record source, TLS, listeners, signals.
+
+use std::sync::Arc;
+
+use anyhow::Context;
+use edgegate::source::files::FileSource;
+use edgegate::{RecordSource, RecordStore};
+use tokio_util::sync::CancellationToken;
+
+use crate::admission::Admission;
+use crate::args::{Args, LogFormat};
+use crate::metrics::Metrics;
+use crate::tls::CertReloader;
+
+pub fn init_tracing(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    match format {
+        LogFormat::Json => builder.json().init(),
+        LogFormat::Text => builder.init(),
+    }
+}
+
+pub async fn run(args: Args) -> anyhow::Result<()> {
+    rustls::crypto::ring::default_provider()
+        .install_default()
+        .map_err(|_| anyhow::anyhow!("a rustls crypto provider was already installed"))?;
+    let shutdown = CancellationToken::new();
+    let metrics = Arc::new(Metrics::new());
+    let store = Arc::new(RecordStore::new(args.record_name.clone()));
+    start_record_source(&args, Arc::clone(&store), Arc::clone(&metrics), shutdown.clone()).await?;
+
+    let (cert, key) = match (&args.tls_cert, &args.tls_key) {
+        (Some(cert), Some(key)) => (cert.clone(), key.clone()),
+        _ => {
+            let (cert, key) = crate::tls::ensure_self_signed(&args.self_signed)?;
+            let ca = args.self_signed.join("ca.crt");
+            println!("edgegate-webhook: self-signed CA at {} (curl --cacert {})", ca.display(), ca.display());
+            (cert, key)
+        }
+    };
+    let reloader = CertReloader::new(cert, key, Arc::clone(&metrics)).context("loading the serving certificate")?;
+    let tls = Arc::new(crate::tls::server_config(reloader.resolver())?);
+    tokio::spawn(reloader.watch(shutdown.clone()));
+
+    let admission = Arc::new(Admission {
+        source: store as Arc<dyn RecordSource>,
+        selector: args.copy_selector.clone(),
+        mode: args.mode,
+        metrics,
+    });
+    let listener = tokio::net::TcpListener::bind(args.listen).await.with_context(|| format!("binding {}", args.listen))?;
+    let local = listener.local_addr()?;
+    println!("edgegate-webhook: listening on https://{local}");
+    tracing::info!(listen = %local, mode = ?args.mode, selector = %args.copy_selector, "serving");
+
+    if let Some(admin) = args.admin_listen {
+        let app = crate::server::admin_routes(Arc::clone(&admission)).with_state(Arc::clone(&admission));
+        let token = shutdown.clone();
+        tokio::spawn(async move {
+            if let Err(e) = crate::server::serve_admin(admin, app, token).await {
+                tracing::error!(error = %e, %admin, "admin listener failed");
+            }
+        });
+    }
+    tokio::spawn(signal_shutdown(shutdown.clone()));
+    let app = crate::server::routes(admission, args.max_body_bytes);
+    crate::server::serve_tls(listener, tls, app, shutdown, args.shutdown_grace).await;
+    tracing::info!("stopped");
+    Ok(())
+}
+
+async fn start_record_source(args: &Args, store: Arc<RecordStore>, metrics: Arc<Metrics>, shutdown: CancellationToken) -> anyhow::Result<()> {
+    if args.kubernetes {
+        let client = kube_client(args).await?;
+        let api = kube::Api::<edgegate::EdgeReachability>::all(client);
+        tokio::spawn(edgegate::source::kubernetes::run(api, store));
+        return Ok(());
+    }
+    let source = FileSource::new(args.records_dir.clone(), store);
+    let errors = Arc::clone(&source.parse_errors);
+    tokio::spawn(source.watch(shutdown.cancelled_owned()));
+    tokio::spawn(async move {
+        loop {
+            metrics.record_file_errors(errors.load(std::sync::atomic::Ordering::Relaxed));
+            tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+        }
+    });
+    Ok(())
+}
+
+/// A client for the hub: --kubeconfig (and --context) if given, else in-cluster, else ~/.kube/config.
+pub async fn kube_client(args: &Args) -> anyhow::Result<kube::Client> {
+    let config = match &args.kubeconfig {
+        Some(path) => {
+            let kubeconfig = kube::config::Kubeconfig::read_from(path).with_context(|| format!("reading {}", path.display()))?;
+            let options = kube::config::KubeConfigOptions { context: args.context.clone(), ..Default::default() };
+            kube::Config::from_custom_kubeconfig(kubeconfig, &options).await?
+        }
+        None => kube::Config::infer().await?,
+    };
+    Ok(kube::Client::try_from(config)?)
+}
+
+/// Cancel `shutdown` on SIGTERM or Ctrl-C.
+async fn signal_shutdown(shutdown: CancellationToken) {
+    let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(term) => term,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot listen for SIGTERM; Ctrl-C only");
+            let _ = tokio::signal::ctrl_c().await;
+            return shutdown.cancel();
+        }
+    };
+    tokio::select! {
+        _ = term.recv() => tracing::info!("SIGTERM: shutting down"),
+        _ = tokio::signal::ctrl_c() => tracing::info!("interrupt: shutting down"),
+    }
+    shutdown.cancel();
+}
