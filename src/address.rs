@@ -47,9 +47,7 @@ impl FromStr for Address {
         if let Ok(ip) = s.parse::<IpAddr>() {
             return Ok(Address::Ip(canonical_ip(ip)));
         }
-        parse_fqdn(s)
-            .map(Address::Fqdn)
-            .ok_or_else(|| AddressError::Invalid(raw.to_owned()))
+        parse_fqdn(s).map(Address::Fqdn).ok_or_else(|| AddressError::Invalid(raw.to_owned()))
     }
 }
 
@@ -74,10 +72,7 @@ fn parse_fqdn(s: &str) -> Option<Box<str>> {
             && !label.ends_with('-')
             && label.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
     });
-    let last_label_numeric = name
-        .rsplit('.')
-        .next()
-        .is_some_and(|l| l.bytes().all(|b| b.is_ascii_digit()));
+    let last_label_numeric = name.rsplit('.').next().is_some_and(|l| l.bytes().all(|b| b.is_ascii_digit()));
     (labels_ok && !last_label_numeric).then(|| name.to_ascii_lowercase().into_boxed_str())
 }
 

@@ -118,8 +118,8 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
-    use crate::record::Record;
     use crate::fixtures::{copy, not_copy};
+    use crate::record::Record;
 
     fn present(entries: &[&str]) -> RecordState {
         RecordState::Present(Arc::new(Record::from_entries(entries.iter().copied())))
@@ -160,7 +160,12 @@ mod tests {
             ("present, no addresses", present(&[]), &empty, Decision::Allow(Allowed::NoAddresses)),
             ("present, not a copy", present(&[]), &other, Decision::Allow(Allowed::NotACopy)),
             ("unavailable, named", unavailable(), &served, Decision::Unavailable("record source not synced".into())),
-            ("unavailable, unnamed", unavailable(), &unserved, Decision::Unavailable("record source not synced".into())),
+            (
+                "unavailable, unnamed",
+                unavailable(),
+                &unserved,
+                Decision::Unavailable("record source not synced".into()),
+            ),
             ("unavailable, no addresses", unavailable(), &empty, Decision::Allow(Allowed::NoAddresses)),
             ("unavailable, not a copy", unavailable(), &other, Decision::Allow(Allowed::NotACopy)),
         ];

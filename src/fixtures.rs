@@ -30,10 +30,7 @@ pub fn not_copy(namespace: &str, name: &str, addresses: &[&str]) -> EndpointSlic
         },
         address_type: address_type.to_owned(),
         endpoints: Some(
-            addresses
-                .iter()
-                .map(|a| Endpoint { addresses: vec![(*a).to_owned()], ..Endpoint::default() })
-                .collect(),
+            addresses.iter().map(|a| Endpoint { addresses: vec![(*a).to_owned()], ..Endpoint::default() }).collect(),
         ),
         ports: None,
     }

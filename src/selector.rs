@@ -58,13 +58,9 @@ impl FromStr for CopySelector {
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         let valid_key = |k: &str| {
-            !k.is_empty()
-                && k.bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'/'))
+            !k.is_empty() && k.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'/'))
         };
-        let valid_value = |v: &str| {
-            v.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
-        };
+        let valid_value = |v: &str| v.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
         let mut requirements = Vec::new();
         for term in s.split(',').map(str::trim).filter(|t| !t.is_empty()) {
             let bad = || SelectorError::Term(term.to_owned());
@@ -78,9 +74,7 @@ impl FromStr for CopySelector {
                 Requirement::Exists(term.to_owned())
             };
             let ok = match &req {
-                Requirement::Equals(k, v) | Requirement::NotEquals(k, v) => {
-                    valid_key(k) && valid_value(v)
-                }
+                Requirement::Equals(k, v) | Requirement::NotEquals(k, v) => valid_key(k) && valid_value(v),
                 Requirement::Exists(k) | Requirement::NotExists(k) => valid_key(k),
             };
             if !ok {

@@ -1,7 +1,7 @@
 //! Trim mode: instead of refusing a copy, remove the endpoints its record does not name.
 
-use json_patch::{AddOperation, Patch, PatchOperation, RemoveOperation};
 use json_patch::jsonptr::PointerBuf;
+use json_patch::{AddOperation, Patch, PatchOperation, RemoveOperation};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 
 use crate::record::Record;
@@ -32,10 +32,7 @@ pub fn trim(record: &Record, slice: &EndpointSlice) -> Trim {
     if unnamed.is_empty() {
         return Trim::Unchanged;
     }
-    let keeps_an_address = endpoints
-        .iter()
-        .enumerate()
-        .any(|(i, e)| !e.addresses.is_empty() && !unnamed.contains(&i));
+    let keeps_an_address = endpoints.iter().enumerate().any(|(i, e)| !e.addresses.is_empty() && !unnamed.contains(&i));
     if !keeps_an_address {
         return Trim::Empty;
     }

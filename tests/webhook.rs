@@ -76,7 +76,8 @@ fn update_is_judged_like_create() {
     let webhook = Webhook::with_records(&empty_record());
     assert_denied(&webhook.validate(&fixture_json("copy-update.json")), 403);
     webhook.write_record_file("records.yaml", &record(NS, "default", &[ADDRESS]));
-    webhook.wait_until(Duration::from_secs(5), || webhook.validate(&fixture_json("copy-update.json"))["allowed"] == true);
+    webhook
+        .wait_until(Duration::from_secs(5), || webhook.validate(&fixture_json("copy-update.json"))["allowed"] == true);
 }
 
 #[test]
@@ -180,12 +181,19 @@ fn record_edit_flips_allow_to_deny_within_a_second() {
 fn broken_record_file_keeps_last_good_state() {
     let webhook = Webhook::with_records(&empty_record());
     assert_denied(&webhook.validate(&copy_create()), 403);
-    webhook.write_record_file("records.yaml", "apiVersion: networking.datumapis.com/v1alpha\nkind: EdgeReachability\nmetadata: {name: [\n");
+    webhook.write_record_file(
+        "records.yaml",
+        "apiVersion: networking.datumapis.com/v1alpha\nkind: EdgeReachability\nmetadata: {name: [\n",
+    );
     webhook.wait_until(Duration::from_secs(5), || webhook.log().contains("does not parse"));
     assert!(webhook.log().contains("records.yaml"), "the log names the file");
     assert_denied(&webhook.validate(&copy_create()), 403);
     let (_, metrics) = webhook.get("/metrics");
-    assert!(metrics.contains("edgegate_record_file_errors_total 1") || metrics.contains("edgegate_record_file_errors_total 0"), "{metrics}");
+    assert!(
+        metrics.contains("edgegate_record_file_errors_total 1")
+            || metrics.contains("edgegate_record_file_errors_total 0"),
+        "{metrics}"
+    );
     // Removing the file removes its record: no record, so the copy passes.
     std::fs::remove_file(webhook.records_dir().join("records.yaml")).expect("rm");
     webhook.wait_until(Duration::from_secs(5), || webhook.validate(&copy_create())["allowed"] == true);
@@ -268,7 +276,10 @@ fn certificate_rotation_needs_no_restart() {
         assert!(status.success());
     }
     let bundle = scratch.path().join("both-cas.crt");
-    let cas = [std::fs::read_to_string(old.join("ca.crt")).expect("ca"), std::fs::read_to_string(new.join("ca.crt")).expect("ca")];
+    let cas = [
+        std::fs::read_to_string(old.join("ca.crt")).expect("ca"),
+        std::fs::read_to_string(new.join("ca.crt")).expect("ca"),
+    ];
     std::fs::write(&bundle, cas.concat()).expect("bundle");
     let serving = scratch.path().join("serving");
     std::fs::create_dir(&serving).expect("mkdir");
@@ -305,7 +316,7 @@ fn certificate_rotation_needs_no_restart() {
     let load = {
         let stop = std::sync::Arc::clone(&stop);
         let (ca, url) = (webhook.ca.clone(), webhook.url("/validate"));
-        let review = fixture(&"copy-create.json".to_owned());
+        let review = fixture("copy-create.json");
         std::thread::spawn(move || {
             let (mut ok, mut failed) = (0, Vec::new());
             while !stop.load(std::sync::atomic::Ordering::Relaxed) {

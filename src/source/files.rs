@@ -121,11 +121,7 @@ fn parse_yaml(path: &Path, text: &str) -> Result<Vec<(usize, Document)>, FileErr
 }
 
 fn yaml_error(path: &Path, doc_start: usize, e: &serde_yaml::Error) -> FileError {
-    FileError {
-        path: path.to_owned(),
-        line: e.location().map_or(doc_start, |l| l.line()),
-        message: e.to_string(),
-    }
+    FileError { path: path.to_owned(), line: e.location().map_or(doc_start, |l| l.line()), message: e.to_string() }
 }
 
 /// The 1-based line each YAML document starts on, for errors that carry no location.
@@ -183,12 +179,7 @@ pub struct FileSource {
 
 impl FileSource {
     pub fn new(dir: impl Into<PathBuf>, store: Arc<RecordStore>) -> Self {
-        FileSource {
-            dir: dir.into(),
-            store,
-            files: BTreeMap::new(),
-            parse_errors: Arc::default(),
-        }
+        FileSource { dir: dir.into(), store, files: BTreeMap::new(), parse_errors: Arc::default() }
     }
 
     /// Read what changed in the directory and publish the result to the store. Until the
@@ -222,7 +213,8 @@ impl FileSource {
     /// Re-read one file if its stamp changed or its last read failed. True if its records changed.
     fn reload(&mut self, path: &Path, errors: &mut Vec<FileError>) -> bool {
         let stamp = std::fs::metadata(path).ok().map(|m| FileStamp { len: m.len(), modified: m.modified().ok() });
-        let loaded = self.files.entry(path.to_owned()).or_insert(LoadedFile { stamp: None, records: Vec::new(), error: None });
+        let loaded =
+            self.files.entry(path.to_owned()).or_insert(LoadedFile { stamp: None, records: Vec::new(), error: None });
         if loaded.error.is_none() && loaded.stamp.is_some() && loaded.stamp == stamp {
             return false;
         }

@@ -9,20 +9,23 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use futures::{Stream, StreamExt};
-use kube::runtime::watcher::{self, Event};
 use kube::runtime::WatchStreamExt;
+use kube::runtime::watcher::{self, Event};
 use kube::{Api, ResourceExt};
 
 use crate::crd::EdgeReachability;
 use crate::record::Record;
 use crate::store::RecordStore;
 
+/// Records gathered during a (re-)list, and the `namespace/name`s ignored for their name.
+type Relisting = (HashMap<String, Arc<Record>>, HashSet<String>);
+
 /// Applies watch events to the store. Separate from the stream so it can be tested event by event.
 #[derive(Debug)]
 pub struct StoreWriter {
     store: Arc<RecordStore>,
     /// Records listed so far in a (re-)list that has not finished.
-    relisting: Option<(HashMap<String, Arc<Record>>, HashSet<String>)>,
+    relisting: Option<Relisting>,
     /// `namespace/name` of records ignored for their name.
     ignored: HashSet<String>,
 }
@@ -78,7 +81,9 @@ impl StoreWriter {
 }
 
 /// The watch stream the store is fed from, with kube's default backoff on errors.
-pub fn record_events(api: Api<EdgeReachability>) -> impl Stream<Item = Result<Event<EdgeReachability>, watcher::Error>> {
+pub fn record_events(
+    api: Api<EdgeReachability>,
+) -> impl Stream<Item = Result<Event<EdgeReachability>, watcher::Error>> {
     watcher(api, watcher::Config::default()).default_backoff()
 }
 
@@ -91,7 +96,9 @@ pub async fn run(api: Api<EdgeReachability>, store: Arc<RecordStore>) {
     while let Some(event) = events.next().await {
         match event {
             Ok(event) => writer.apply(event),
-            Err(error) => tracing::warn!(%error, "EdgeReachability watch failed; serving the last synced records while it retries"),
+            Err(error) => {
+                tracing::warn!(%error, "EdgeReachability watch failed; serving the last synced records while it retries")
+            }
         }
     }
 }
@@ -101,8 +108,8 @@ use kube::runtime::watcher::watcher;
 #[cfg(test)]
 mod tests {
     use http::{Request, Response};
-    use kube::client::Body;
     use kube::Client;
+    use kube::client::Body;
 
     use super::*;
     use crate::record::RecordState;

@@ -85,9 +85,8 @@ impl Webhook {
         };
         cmd.args(&options.extra_args);
         cmd.env("RUST_LOG", "info,edgegate=debug,edgegate_webhook=debug");
-        cmd.stdout(Stdio::null()).stderr(Stdio::from(
-            std::fs::File::create(dir.path().join("webhook.log")).expect("log file"),
-        ));
+        cmd.stdout(Stdio::null())
+            .stderr(Stdio::from(std::fs::File::create(dir.path().join("webhook.log")).expect("log file")));
         let child = cmd.spawn().expect("edgegate-webhook starts");
         let webhook = Webhook { child, port, dir, ca };
         webhook.wait_until(Duration::from_secs(20), || webhook.get("/healthz").0 == 200);

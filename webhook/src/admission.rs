@@ -9,8 +9,8 @@ use edgegate::trim::{Trim, trim};
 use edgegate::{CopySelector, RecordSource, RecordState};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::core::DynamicObject;
-use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview, Operation};
 use kube::core::Status;
+use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview, Operation};
 
 use crate::args::Mode;
 use crate::metrics::Metrics;
@@ -64,7 +64,11 @@ impl Admission {
         Ok(response.into_review())
     }
 
-    fn judge(&self, request: &AdmissionRequest<EndpointSlice>, endpoint: Endpoint) -> (AdmissionResponse, &'static str) {
+    fn judge(
+        &self,
+        request: &AdmissionRequest<EndpointSlice>,
+        endpoint: Endpoint,
+    ) -> (AdmissionResponse, &'static str) {
         let allow = AdmissionResponse::from(request);
         if !matches!(request.operation, Operation::Create | Operation::Update) {
             // DELETE and CONNECT: withdrawing is the safe direction, the record only gates carrying.
@@ -90,7 +94,8 @@ impl Admission {
                 self.refuse(allow, message, 403, "Forbidden")
             }
             (Decision::Unavailable(reason), _, _) => {
-                let message = format!("edgegate cannot judge EndpointSlice {namespace}/{name} now ({reason}); retry shortly");
+                let message =
+                    format!("edgegate cannot judge EndpointSlice {namespace}/{name} now ({reason}); retry shortly");
                 tracing::warn!(namespace, name, %reason, "record unavailable; refusing to judge");
                 self.refuse(allow, message, 503, "ServiceUnavailable")
             }
@@ -147,6 +152,7 @@ fn invalid<T: kube::Resource>(request: &AdmissionRequest<T>, message: String) ->
 }
 
 /// A decoded review: an EndpointSlice request to judge, or one answered without judging.
+#[allow(clippy::large_enum_variant)] // one per request, moved once: boxing would only add an allocation
 enum Decoded {
     Slice(AdmissionRequest<EndpointSlice>),
     Answered { response: AdmissionResponse, operation: Operation, dry_run: bool, label: &'static str },

@@ -8,7 +8,11 @@ use clap::{Parser, ValueEnum};
 use edgegate::CopySelector;
 
 #[derive(Debug, Parser)]
-#[command(name = "edgegate-webhook", version, about = "Admits EndpointSlice copies to a federation hub only where their namespace's EdgeReachability names one of their addresses")]
+#[command(
+    name = "edgegate-webhook",
+    version,
+    about = "Admits EndpointSlice copies to a federation hub only where their namespace's EdgeReachability names one of their addresses"
+)]
 pub struct Args {
     /// Address the HTTPS listener binds (admission, probes and metrics).
     #[arg(long, env = "EDGEGATE_LISTEN", default_value = "0.0.0.0:8443")]

@@ -41,25 +41,64 @@ impl Metrics {
     pub fn new() -> Self {
         let mut registry = Registry::with_prefix("edgegate");
         let reviews = Family::<ReviewLabels, Counter>::default();
-        registry.register("admission_reviews", "AdmissionReviews answered, by operation, decision and dryRun", reviews.clone());
+        registry.register(
+            "admission_reviews",
+            "AdmissionReviews answered, by operation, decision and dryRun",
+            reviews.clone(),
+        );
         // 50 µs .. ~0.8 s: reviews are answered from memory, so the interesting range is small.
         let duration = Histogram::new(prometheus_client::metrics::histogram::exponential_buckets(0.000_05, 2.5, 12));
-        registry.register("admission_duration_seconds", "Time to decode, judge and encode one review", duration.clone());
+        registry.register(
+            "admission_duration_seconds",
+            "Time to decode, judge and encode one review",
+            duration.clone(),
+        );
         let tls_reloads = Family::<ResultLabels, Counter>::default();
-        registry.register("tls_reloads", "Serving certificate reloads after a file change, by result", tls_reloads.clone());
+        registry.register(
+            "tls_reloads",
+            "Serving certificate reloads after a file change, by result",
+            tls_reloads.clone(),
+        );
         let record_file_errors = Counter::default();
-        registry.register("record_file_errors", "Record files that failed to parse (their last good state was kept)", record_file_errors.clone());
+        registry.register(
+            "record_file_errors",
+            "Record files that failed to parse (their last good state was kept)",
+            record_file_errors.clone(),
+        );
         let records = Gauge::default();
         registry.register("records", "EdgeReachability records in force (one per namespace)", records.clone());
         let addresses = Gauge::default();
         registry.register("record_addresses", "Valid addresses named over all records", addresses.clone());
         let invalid_entries = Gauge::default();
-        registry.register("record_invalid_entries", "Record entries that are no address, skipped for matching", invalid_entries.clone());
+        registry.register(
+            "record_invalid_entries",
+            "Record entries that are no address, skipped for matching",
+            invalid_entries.clone(),
+        );
         let ignored_records = Gauge::default();
-        registry.register("records_ignored", "EdgeReachability objects ignored because of their name", ignored_records.clone());
+        registry.register(
+            "records_ignored",
+            "EdgeReachability objects ignored because of their name",
+            ignored_records.clone(),
+        );
         let synced = Gauge::default();
-        registry.register("record_source_synced", "1 once the record source has loaded its first complete view", synced.clone());
-        Metrics { registry, reviews, duration, tls_reloads, record_file_errors, records, addresses, invalid_entries, ignored_records, synced }
+        registry.register(
+            "record_source_synced",
+            "1 once the record source has loaded its first complete view",
+            synced.clone(),
+        );
+        Metrics {
+            registry,
+            reviews,
+            duration,
+            tls_reloads,
+            record_file_errors,
+            records,
+            addresses,
+            invalid_entries,
+            ignored_records,
+            synced,
+        }
     }
 
     pub fn review(&self, operation: &str, decision: &str, dry_run: bool, took: Duration) {

@@ -49,7 +49,8 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         mode: args.mode,
         metrics,
     });
-    let listener = tokio::net::TcpListener::bind(args.listen).await.with_context(|| format!("binding {}", args.listen))?;
+    let listener =
+        tokio::net::TcpListener::bind(args.listen).await.with_context(|| format!("binding {}", args.listen))?;
     let local = listener.local_addr()?;
     println!("edgegate-webhook: listening on https://{local}");
     tracing::info!(listen = %local, mode = ?args.mode, selector = %args.copy_selector, "serving");
@@ -70,7 +71,12 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn start_record_source(args: &Args, store: Arc<RecordStore>, metrics: Arc<Metrics>, shutdown: CancellationToken) -> anyhow::Result<()> {
+async fn start_record_source(
+    args: &Args,
+    store: Arc<RecordStore>,
+    metrics: Arc<Metrics>,
+    shutdown: CancellationToken,
+) -> anyhow::Result<()> {
     if args.kubernetes {
         let client = kube_client(args).await?;
         let api = kube::Api::<edgegate::EdgeReachability>::all(client);
@@ -93,7 +99,8 @@ async fn start_record_source(args: &Args, store: Arc<RecordStore>, metrics: Arc<
 pub async fn kube_client(args: &Args) -> anyhow::Result<kube::Client> {
     let config = match &args.kubeconfig {
         Some(path) => {
-            let kubeconfig = kube::config::Kubeconfig::read_from(path).with_context(|| format!("reading {}", path.display()))?;
+            let kubeconfig =
+                kube::config::Kubeconfig::read_from(path).with_context(|| format!("reading {}", path.display()))?;
             let options = kube::config::KubeConfigOptions { context: args.context.clone(), ..Default::default() };
             kube::Config::from_custom_kubeconfig(kubeconfig, &options).await?
         }

@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::body::Bytes;
-use axum::extract::{DefaultBodyLimit, State};
 use axum::extract::rejection::BytesRejection;
+use axum::extract::{DefaultBodyLimit, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -44,7 +44,11 @@ pub fn admin_routes(admission: Arc<Admission>) -> Router<Arc<Admission>> {
         .with_state(admission)
 }
 
-async fn validate(State(a): State<Arc<Admission>>, headers: HeaderMap, body: Result<Bytes, BytesRejection>) -> Response {
+async fn validate(
+    State(a): State<Arc<Admission>>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
     answer(&a, &headers, body, Endpoint::Validate)
 }
 
@@ -52,11 +56,20 @@ async fn mutate(State(a): State<Arc<Admission>>, headers: HeaderMap, body: Resul
     answer(&a, &headers, body, Endpoint::Mutate)
 }
 
-fn answer(admission: &Admission, headers: &HeaderMap, body: Result<Bytes, BytesRejection>, endpoint: Endpoint) -> Response {
+fn answer(
+    admission: &Admission,
+    headers: &HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+    endpoint: Endpoint,
+) -> Response {
     if let Some(content_type) = headers.get(header::CONTENT_TYPE) {
-        let is_json = content_type.to_str().is_ok_and(|ct| ct.trim_start().to_ascii_lowercase().starts_with("application/json"));
+        let is_json =
+            content_type.to_str().is_ok_and(|ct| ct.trim_start().to_ascii_lowercase().starts_with("application/json"));
         if !is_json {
-            return error(StatusCode::UNSUPPORTED_MEDIA_TYPE, "send the AdmissionReview as Content-Type: application/json".to_owned());
+            return error(
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                "send the AdmissionReview as Content-Type: application/json".to_owned(),
+            );
         }
     }
     let body = match body {
@@ -82,7 +95,10 @@ fn error(status: StatusCode, message: String) -> Response {
 }
 
 async fn not_found() -> Response {
-    error(StatusCode::NOT_FOUND, "no such endpoint; POST /validate or /mutate, GET /healthz, /readyz or /metrics".to_owned())
+    error(
+        StatusCode::NOT_FOUND,
+        "no such endpoint; POST /validate or /mutate, GET /healthz, /readyz or /metrics".to_owned(),
+    )
 }
 
 async fn readyz(State(a): State<Arc<Admission>>) -> Response {
@@ -100,7 +116,13 @@ async fn metrics(State(a): State<Arc<Admission>>) -> Response {
 
 /// Serve `app` over TLS until `shutdown`, then stop accepting and give in-flight requests up to
 /// `grace` to finish.
-pub async fn serve_tls(listener: TcpListener, tls: Arc<rustls::ServerConfig>, app: Router, shutdown: CancellationToken, grace: Duration) {
+pub async fn serve_tls(
+    listener: TcpListener,
+    tls: Arc<rustls::ServerConfig>,
+    app: Router,
+    shutdown: CancellationToken,
+    grace: Duration,
+) {
     let acceptor = TlsAcceptor::from(tls);
     let graceful = GracefulShutdown::new();
     let builder = auto::Builder::new(TokioExecutor::new());

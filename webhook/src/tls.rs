@@ -10,8 +10,8 @@ use std::time::{Duration, SystemTime};
 
 use anyhow::{Context, Result};
 use arc_swap::ArcSwap;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
 use rustls::client::danger::ServerCertVerifier;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
 use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
 
@@ -56,9 +56,10 @@ fn read_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>> {
 
 /// The TLS server configuration: TLS 1.2 and 1.3, HTTP/2 and HTTP/1.1 by ALPN.
 pub fn server_config(resolver: Arc<CertResolver>) -> Result<rustls::ServerConfig> {
-    let mut config = rustls::ServerConfig::builder_with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
-        .with_no_client_auth()
-        .with_cert_resolver(resolver);
+    let mut config =
+        rustls::ServerConfig::builder_with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
+            .with_no_client_auth()
+            .with_cert_resolver(resolver);
     config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     Ok(config)
 }
@@ -107,7 +108,10 @@ impl CertReloader {
             }
             Err(error) => {
                 self.metrics.tls_reload("failure");
-                tracing::warn!(error = format!("{error:#}"), "serving certificate changed but does not load; keeping the current one");
+                tracing::warn!(
+                    error = format!("{error:#}"),
+                    "serving certificate changed but does not load; keeping the current one"
+                );
                 self.stamp = now; // retry when the files change again
             }
         }

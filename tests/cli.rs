@@ -1,0 +1,58 @@
+//! The `edgegate` CLI: the CRD it prints is the one deploy/ ships, and `check` exits 0/1/2.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn repo(path: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join(path)
+}
+
+fn edgegate(args: &[&str]) -> (i32, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_edgegate")).args(args).output().expect("edgegate runs");
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    (out.status.code().unwrap_or(-1), text)
+}
+
+#[test]
+fn deploy_keeps_the_generated_crd() {
+    let (code, printed) = edgegate(&["crd"]);
+    assert_eq!(code, 0);
+    let kept = std::fs::read_to_string(repo("deploy/crd/edgereachabilities.yaml")).expect("deploy/crd exists");
+    assert_eq!(
+        printed, kept,
+        "deploy/crd/edgereachabilities.yaml is stale: run `cargo run -q --bin edgegate -- crd > deploy/crd/edgereachabilities.yaml`"
+    );
+}
+
+#[test]
+fn check_exits_by_decision() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let slice = repo("examples/copy-endpointslice.yaml");
+    let slice = slice.to_str().unwrap_or_default();
+    let served = repo("examples/records/edgereachability.yaml");
+
+    let (code, out) = edgegate(&["check", "--record", served.to_str().unwrap_or_default(), "--slice", slice]);
+    assert_eq!((code, out.trim()), (0, "allow: the record names fd20:0:2::1:0:0"));
+
+    let empty = dir.path().join("empty.yaml");
+    let text = std::fs::read_to_string(&served)
+        .expect("record")
+        .replace("- fd20:0:2::1:0:0", "")
+        .replace("- fd20:0:2::1:0:1", "");
+    std::fs::write(&empty, text.replace("addresses:", "addresses: []")).expect("write");
+    let (code, out) = edgegate(&["check", "--record", empty.to_str().unwrap_or_default(), "--slice", slice]);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.starts_with(
+            "deny: EndpointSlice ns-3f6c1a52-9e0b-4c1d-8a77-0b5e2d9c4f10/vpc-lab-1-web-6d5f9c7b8d-x2k4q is not carried"
+        ),
+        "{out}"
+    );
+
+    let (code, out) = edgegate(&["check", "--slice", slice]);
+    assert_eq!(code, 0, "no record: {out}");
+
+    let (code, out) = edgegate(&["check", "--record", "/nonexistent.yaml", "--slice", slice]);
+    assert_eq!(code, 2, "{out}");
+    assert!(out.contains("/nonexistent.yaml"), "{out}");
+}
