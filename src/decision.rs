@@ -16,34 +16,35 @@ use crate::selector::CopySelector;
 
 /// Why a slice is allowed.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Allowed {
+pub enum Allowed<'a> {
     NotACopy,
     NoAddresses,
     NoRecord,
     /// The record names at least this address of the copy.
-    Named(String),
+    Named(&'a str),
 }
 
-/// The outcome for one slice.
+/// The outcome for one slice; it borrows from the slice, so deciding allocates nothing but the
+/// list of a denial.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Decision {
-    Allow(Allowed),
+pub enum Decision<'a> {
+    Allow(Allowed<'a>),
     /// A copy none of whose addresses the record names.
-    Deny(Denial),
+    Deny(Denial<'a>),
     /// The record cannot be read now; admit nothing new, withdraw nothing.
-    Unavailable(String),
+    Unavailable(&'a str),
 }
 
 /// A copy the record names none of the addresses of.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Denial {
-    pub namespace: String,
-    pub name: String,
+pub struct Denial<'a> {
+    pub namespace: &'a str,
+    pub name: &'a str,
     /// The copy's addresses, as the slice spells them, each once, in slice order.
-    pub addresses: Vec<String>,
+    pub addresses: Vec<&'a str>,
 }
 
-impl Denial {
+impl Denial<'_> {
     pub fn message(&self) -> String {
         format!(
             "EndpointSlice {ns}/{name} is not carried: EdgeReachability in {ns} names none of its addresses ({addrs})",
@@ -54,7 +55,7 @@ impl Denial {
     }
 }
 
-impl Decision {
+impl Decision<'_> {
     pub fn is_allowed(&self) -> bool {
         matches!(self, Decision::Allow(_))
     }
@@ -85,7 +86,7 @@ pub fn slice_addresses(slice: &EndpointSlice) -> impl Iterator<Item = &str> {
 }
 
 /// Decide whether `slice` is carried under `state`, the record of the slice's namespace.
-pub fn decide(state: &RecordState, slice: &EndpointSlice, selector: &CopySelector) -> Decision {
+pub fn decide<'a>(state: &'a RecordState, slice: &'a EndpointSlice, selector: &CopySelector) -> Decision<'a> {
     if !is_copy(slice, selector) {
         return Decision::Allow(Allowed::NotACopy);
     }
@@ -94,23 +95,37 @@ pub fn decide(state: &RecordState, slice: &EndpointSlice, selector: &CopySelecto
     }
     let record = match state {
         RecordState::Absent => return Decision::Allow(Allowed::NoRecord),
-        RecordState::Unavailable(reason) => return Decision::Unavailable(reason.clone()),
+        RecordState::Unavailable(reason) => return Decision::Unavailable(reason),
         RecordState::Present(record) => record,
     };
     if let Some(named) = slice_addresses(slice).find(|a| record.names(a)) {
-        return Decision::Allow(Allowed::Named(named.to_owned()));
-    }
-    let mut addresses: Vec<String> = Vec::new();
-    for a in slice_addresses(slice) {
-        if !addresses.iter().any(|seen| seen == a) {
-            addresses.push(a.to_owned());
-        }
+        return Decision::Allow(Allowed::Named(named));
     }
     Decision::Deny(Denial {
-        namespace: slice.metadata.namespace.clone().unwrap_or_default(),
-        name: slice.metadata.name.clone().unwrap_or_default(),
-        addresses,
+        namespace: slice.metadata.namespace.as_deref().unwrap_or_default(),
+        name: slice.metadata.name.as_deref().unwrap_or_default(),
+        addresses: unique(slice_addresses(slice)),
     })
+}
+
+/// Each address once, in first-seen order.
+fn unique<'a>(addresses: impl Iterator<Item = &'a str>) -> Vec<&'a str> {
+    let mut all: Vec<&str> = addresses.collect();
+    if all.len() <= 16 {
+        let mut kept = 0;
+        for i in 0..all.len() {
+            if !all[..kept].contains(&all[i]) {
+                all[kept] = all[i];
+                kept += 1;
+            }
+        }
+        all.truncate(kept);
+        return all;
+    }
+    let mut seen =
+        std::collections::HashSet::with_capacity_and_hasher(all.len(), foldhash::fast::RandomState::default());
+    all.retain(|a| seen.insert(*a));
+    all
 }
 
 #[cfg(test)]
@@ -137,14 +152,14 @@ mod tests {
         let unserved = copy("proj-a", "web-2", &["fd00:10::9", "fd00:10::a"]);
         let empty = copy("proj-a", "web-3", &[]);
         let other = not_copy("proj-a", "kube-svc", &["fd00:10::9"]);
-        let deny = |s: &EndpointSlice, addrs: &[&str]| {
+        fn deny<'a>(s: &'a EndpointSlice, addrs: &[&'a str]) -> Decision<'a> {
             Decision::Deny(Denial {
-                namespace: "proj-a".into(),
-                name: s.metadata.name.clone().unwrap_or_default(),
-                addresses: addrs.iter().map(|a| (*a).to_owned()).collect(),
+                namespace: "proj-a",
+                name: s.metadata.name.as_deref().unwrap_or_default(),
+                addresses: addrs.to_vec(),
             })
-        };
-        let named = |a: &str| Decision::Allow(Allowed::Named(a.into()));
+        }
+        let named = |a: &'static str| Decision::Allow(Allowed::Named(a));
         let rows: Vec<(&str, RecordState, &EndpointSlice, Decision)> = vec![
             ("absent, named", RecordState::Absent, &served, Decision::Allow(Allowed::NoRecord)),
             ("absent, unnamed", RecordState::Absent, &unserved, Decision::Allow(Allowed::NoRecord)),
@@ -159,13 +174,8 @@ mod tests {
             ("invalid entries only", present(&["fd00:10::/64", "bogus!"]), &served, deny(&served, &["fd00:10::7"])),
             ("present, no addresses", present(&[]), &empty, Decision::Allow(Allowed::NoAddresses)),
             ("present, not a copy", present(&[]), &other, Decision::Allow(Allowed::NotACopy)),
-            ("unavailable, named", unavailable(), &served, Decision::Unavailable("record source not synced".into())),
-            (
-                "unavailable, unnamed",
-                unavailable(),
-                &unserved,
-                Decision::Unavailable("record source not synced".into()),
-            ),
+            ("unavailable, named", unavailable(), &served, Decision::Unavailable("record source not synced")),
+            ("unavailable, unnamed", unavailable(), &unserved, Decision::Unavailable("record source not synced")),
             ("unavailable, no addresses", unavailable(), &empty, Decision::Allow(Allowed::NoAddresses)),
             ("unavailable, not a copy", unavailable(), &other, Decision::Allow(Allowed::NotACopy)),
         ];
@@ -177,7 +187,8 @@ mod tests {
     #[test]
     fn denial_message_names_namespace_and_addresses() {
         let slice = copy("proj-a", "web-7f9c", &["fd00:10::9", "fd00:10::a", "fd00:10::9"]);
-        let Decision::Deny(denial) = decide(&present(&[]), &slice, &CopySelector::default()) else {
+        let empty = present(&[]);
+        let Decision::Deny(denial) = decide(&empty, &slice, &CopySelector::default()) else {
             panic!("expected a denial");
         };
         assert_eq!(

@@ -15,6 +15,7 @@ pub mod selector;
 pub mod source;
 pub mod store;
 pub mod trim;
+pub mod watch;
 
 pub use crate::crd::{EdgeReachability, EdgeReachabilitySpec};
 pub use crate::decision::{Allowed, Decision, Denial, decide};

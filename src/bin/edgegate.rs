@@ -49,7 +49,7 @@ fn main() -> ExitCode {
             }
         },
         Command::Check { record, slice, copy_selector } => match check(record, &slice, &copy_selector) {
-            Ok(decision) => report(&decision),
+            Ok(code) => code,
             Err(e) => {
                 eprintln!("error: {e:#}");
                 ExitCode::from(2)
@@ -58,7 +58,7 @@ fn main() -> ExitCode {
     }
 }
 
-fn check(record: Option<PathBuf>, slice: &PathBuf, selector: &CopySelector) -> anyhow::Result<Decision> {
+fn check(record: Option<PathBuf>, slice: &PathBuf, selector: &CopySelector) -> anyhow::Result<ExitCode> {
     use anyhow::Context;
     let state = match record {
         None => RecordState::Absent,
@@ -76,7 +76,7 @@ fn check(record: Option<PathBuf>, slice: &PathBuf, selector: &CopySelector) -> a
     let text = std::fs::read_to_string(slice).with_context(|| format!("reading {}", slice.display()))?;
     let slice: EndpointSlice =
         serde_yaml::from_str(&text).with_context(|| format!("{} is not an EndpointSlice", slice.display()))?;
-    Ok(decide(&state, &slice, selector))
+    Ok(report(&decide(&state, &slice, selector)))
 }
 
 fn report(decision: &Decision) -> ExitCode {

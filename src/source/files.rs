@@ -279,23 +279,15 @@ impl FileSource {
 
     /// Rescan on every change in the directory (and once a second regardless) until `shutdown`.
     pub async fn watch(mut self, shutdown: impl std::future::Future<Output = ()>) {
-        use notify::Watcher;
-        let (tx, mut rx) = tokio::sync::mpsc::channel::<()>(1);
-        let mut watcher = notify::recommended_watcher(move |_event: notify::Result<notify::Event>| {
-            let _ = tx.try_send(()); // a rescan is already queued when full
-        })
-        .map_err(|e| tracing::warn!(error = %e, "no filesystem notifications; rescanning every second"))
-        .ok();
+        let mut changes = crate::watch::DirChanges::new();
         let mut watching = false;
         tokio::pin!(shutdown);
         loop {
-            if !watching && let Some(w) = watcher.as_mut() {
-                watching = w.watch(&self.dir, notify::RecursiveMode::NonRecursive).is_ok();
-            }
+            watching = watching || changes.watch(&self.dir);
             self.rescan();
             tokio::select! {
                 () = &mut shutdown => return,
-                _ = rx.recv() => tokio::time::sleep(Duration::from_millis(20)).await, // let a burst settle
+                _ = changes.changed.recv() => tokio::time::sleep(Duration::from_millis(20)).await, // let a burst settle
                 () = tokio::time::sleep(BACKSTOP_RESCAN) => {}
             }
         }

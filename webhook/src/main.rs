@@ -2,14 +2,8 @@
 //! EdgeReachability names one of their addresses.
 #![forbid(unsafe_code)]
 
-mod admission;
-mod args;
-mod metrics;
-mod run;
-mod server;
-mod tls;
-
 use clap::Parser;
+use edgegate_webhook::{args, run};
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {

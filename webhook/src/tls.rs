@@ -120,22 +120,14 @@ impl CertReloader {
     /// Reload on every change in the certificate's directory, and check every second regardless
     /// (a mounted Secret is updated by swapping a symlink, which not every watcher reports).
     pub async fn watch(mut self, shutdown: tokio_util::sync::CancellationToken) {
-        use notify::Watcher;
-        let (tx, mut rx) = tokio::sync::mpsc::channel::<()>(1);
-        let watcher = notify::recommended_watcher(move |_: notify::Result<notify::Event>| {
-            let _ = tx.try_send(());
-        });
-        let _watcher = watcher.ok().and_then(|mut w| {
-            for dir in [self.cert.parent(), self.key.parent()].into_iter().flatten() {
-                let dir = if dir.as_os_str().is_empty() { Path::new(".") } else { dir };
-                w.watch(dir, notify::RecursiveMode::NonRecursive).ok()?;
-            }
-            Some(w)
-        });
+        let mut changes = edgegate::watch::DirChanges::new();
+        for dir in [self.cert.parent(), self.key.parent()].into_iter().flatten() {
+            changes.watch(dir);
+        }
         loop {
             tokio::select! {
                 () = shutdown.cancelled() => return,
-                _ = rx.recv() => tokio::time::sleep(Duration::from_millis(50)).await,
+                _ = changes.changed.recv() => tokio::time::sleep(Duration::from_millis(50)).await,
                 () = tokio::time::sleep(Duration::from_secs(1)) => {}
             }
             self.reload_if_changed();
