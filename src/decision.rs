@@ -9,10 +9,9 @@
 //! Every doubt resolves toward keeping what is published: withdrawing a route for a pod that still
 //! serves black-holes live traffic, while a route nothing uses costs one table entry.
 
-use k8s_openapi::api::discovery::v1::{Endpoint, EndpointSlice};
-
 use crate::record::RecordState;
 use crate::selector::CopySelector;
+use crate::slice::Slice;
 
 /// Why a slice is allowed.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -71,26 +70,16 @@ impl Decision<'_> {
 }
 
 /// Is this slice a copy, by the selector?
-pub fn is_copy(slice: &EndpointSlice, selector: &CopySelector) -> bool {
+pub fn is_copy(slice: &Slice, selector: &CopySelector) -> bool {
     selector.matches(slice.metadata.labels.as_ref())
 }
 
-/// The slice's endpoints; none when the field is absent.
-pub fn endpoints(slice: &EndpointSlice) -> &[Endpoint] {
-    slice.endpoints.as_deref().unwrap_or_default()
-}
-
-/// Every address the slice carries, as spelled, in order.
-pub fn slice_addresses(slice: &EndpointSlice) -> impl Iterator<Item = &str> {
-    endpoints(slice).iter().flat_map(|e| e.addresses.iter().map(String::as_str))
-}
-
 /// Decide whether `slice` is carried under `state`, the record of the slice's namespace.
-pub fn decide<'a>(state: &'a RecordState, slice: &'a EndpointSlice, selector: &CopySelector) -> Decision<'a> {
+pub fn decide<'a>(state: &'a RecordState, slice: &'a Slice, selector: &CopySelector) -> Decision<'a> {
     if !is_copy(slice, selector) {
         return Decision::Allow(Allowed::NotACopy);
     }
-    if slice_addresses(slice).next().is_none() {
+    if slice.addresses().next().is_none() {
         return Decision::Allow(Allowed::NoAddresses);
     }
     let record = match state {
@@ -98,14 +87,10 @@ pub fn decide<'a>(state: &'a RecordState, slice: &'a EndpointSlice, selector: &C
         RecordState::Unavailable(reason) => return Decision::Unavailable(reason),
         RecordState::Present(record) => record,
     };
-    if let Some(named) = slice_addresses(slice).find(|a| record.names(a)) {
+    if let Some(named) = slice.addresses().find(|a| record.names(a)) {
         return Decision::Allow(Allowed::Named(named));
     }
-    Decision::Deny(Denial {
-        namespace: slice.metadata.namespace.as_deref().unwrap_or_default(),
-        name: slice.metadata.name.as_deref().unwrap_or_default(),
-        addresses: unique(slice_addresses(slice)),
-    })
+    Decision::Deny(Denial { namespace: slice.namespace(), name: slice.name(), addresses: unique(slice.addresses()) })
 }
 
 /// Each address once, in first-seen order.
@@ -152,15 +137,11 @@ mod tests {
         let unserved = copy("proj-a", "web-2", &["fd00:10::9", "fd00:10::a"]);
         let empty = copy("proj-a", "web-3", &[]);
         let other = not_copy("proj-a", "kube-svc", &["fd00:10::9"]);
-        fn deny<'a>(s: &'a EndpointSlice, addrs: &[&'a str]) -> Decision<'a> {
-            Decision::Deny(Denial {
-                namespace: "proj-a",
-                name: s.metadata.name.as_deref().unwrap_or_default(),
-                addresses: addrs.to_vec(),
-            })
+        fn deny<'a>(s: &'a Slice, addrs: &[&'a str]) -> Decision<'a> {
+            Decision::Deny(Denial { namespace: "proj-a", name: s.name(), addresses: addrs.to_vec() })
         }
         let named = |a: &'static str| Decision::Allow(Allowed::Named(a));
-        let rows: Vec<(&str, RecordState, &EndpointSlice, Decision)> = vec![
+        let rows: Vec<(&str, RecordState, &Slice, Decision)> = vec![
             ("absent, named", RecordState::Absent, &served, Decision::Allow(Allowed::NoRecord)),
             ("absent, unnamed", RecordState::Absent, &unserved, Decision::Allow(Allowed::NoRecord)),
             ("absent, no addresses", RecordState::Absent, &empty, Decision::Allow(Allowed::NoAddresses)),

@@ -2,13 +2,14 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::discovery::v1::{Endpoint, EndpointSlice};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+use crate::slice::{Endpoint, Slice};
 
 use crate::selector::DEFAULT_COPY_SELECTOR;
 
 /// An EndpointSlice with one endpoint per address, labelled as a copy by the default selector.
-pub fn copy(namespace: &str, name: &str, addresses: &[&str]) -> EndpointSlice {
+pub fn copy(namespace: &str, name: &str, addresses: &[&str]) -> Slice {
     let mut slice = not_copy(namespace, name, addresses);
     let (key, value) = DEFAULT_COPY_SELECTOR.split_once('=').unwrap_or_default();
     slice.metadata.labels = Some(BTreeMap::from([(key.to_owned(), value.to_owned())]));
@@ -16,22 +17,19 @@ pub fn copy(namespace: &str, name: &str, addresses: &[&str]) -> EndpointSlice {
 }
 
 /// The same slice without the copy label.
-pub fn not_copy(namespace: &str, name: &str, addresses: &[&str]) -> EndpointSlice {
+pub fn not_copy(namespace: &str, name: &str, addresses: &[&str]) -> Slice {
     let address_type = match addresses.first().map(|a| a.parse::<std::net::IpAddr>()) {
         Some(Ok(std::net::IpAddr::V4(_))) => "IPv4",
         Some(Err(_)) => "FQDN",
         _ => "IPv6",
     };
-    EndpointSlice {
+    Slice {
         metadata: ObjectMeta {
             name: Some(name.to_owned()),
             namespace: Some(namespace.to_owned()),
             ..ObjectMeta::default()
         },
         address_type: address_type.to_owned(),
-        endpoints: Some(
-            addresses.iter().map(|a| Endpoint { addresses: vec![(*a).to_owned()], ..Endpoint::default() }).collect(),
-        ),
-        ports: None,
+        endpoints: addresses.iter().map(|a| Endpoint { addresses: vec![(*a).to_owned()] }).collect(),
     }
 }

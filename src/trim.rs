@@ -2,9 +2,9 @@
 
 use json_patch::jsonptr::PointerBuf;
 use json_patch::{AddOperation, Patch, PatchOperation, RemoveOperation};
-use k8s_openapi::api::discovery::v1::EndpointSlice;
 
 use crate::record::Record;
+use crate::slice::Slice;
 
 /// Annotation that says how many endpoints edgegate trimmed from a copy.
 pub const TRIMMED_ANNOTATION: &str = "networking.datumapis.com/edgegate-trimmed-endpoints";
@@ -21,8 +21,8 @@ pub enum Trim {
 }
 
 /// Plan the trim of `slice` under `record`. An endpoint stays when any of its addresses is named.
-pub fn trim(record: &Record, slice: &EndpointSlice) -> Trim {
-    let endpoints = crate::decision::endpoints(slice);
+pub fn trim(record: &Record, slice: &Slice) -> Trim {
+    let endpoints = &slice.endpoints;
     let unnamed: Vec<usize> = endpoints
         .iter()
         .enumerate()
@@ -61,7 +61,7 @@ mod tests {
     use super::*;
     use crate::fixtures::copy;
 
-    fn apply(slice: &EndpointSlice, patch: &Patch) -> EndpointSlice {
+    fn apply(slice: &Slice, patch: &Patch) -> Slice {
         let mut doc = serde_json::to_value(slice).expect("serialises");
         json_patch::patch(&mut doc, patch).expect("patch applies");
         serde_json::from_value(doc).expect("still an EndpointSlice")
@@ -76,8 +76,7 @@ mod tests {
         };
         assert_eq!(removed, 2);
         let trimmed = apply(&slice, &patch);
-        let left: Vec<&str> =
-            crate::decision::endpoints(&trimmed).iter().flat_map(|e| e.addresses.iter().map(String::as_str)).collect();
+        let left: Vec<&str> = trimmed.addresses().collect();
         assert_eq!(left, ["fd00::2"]);
         assert_eq!(
             trimmed.metadata.annotations.as_ref().and_then(|a| a.get(TRIMMED_ANNOTATION)),

@@ -8,7 +8,6 @@ use std::sync::Arc;
 use clap::{Parser, Subcommand};
 use edgegate::decision::{Allowed, Decision, decide};
 use edgegate::{CopySelector, RecordState};
-use k8s_openapi::api::discovery::v1::EndpointSlice;
 
 #[derive(Parser)]
 #[command(name = "edgegate", version, about = "edgegate's offline tools")]
@@ -74,7 +73,7 @@ fn check(record: Option<PathBuf>, slice: &PathBuf, selector: &CopySelector) -> a
         }
     };
     let text = std::fs::read_to_string(slice).with_context(|| format!("reading {}", slice.display()))?;
-    let slice: EndpointSlice =
+    let slice: edgegate::Slice =
         serde_yaml::from_str(&text).with_context(|| format!("{} is not an EndpointSlice", slice.display()))?;
     Ok(report(&decide(&state, &slice, selector)))
 }

@@ -72,6 +72,11 @@ pub struct Args {
     #[arg(long, env = "EDGEGATE_SHUTDOWN_GRACE", value_parser = parse_duration, default_value = "10s")]
     pub shutdown_grace: Duration,
 
+    /// Benchmarks only: also serve POST /ceiling, a fixed allow that reads the body but parses
+    /// nothing, so a load run can compare the real handler against the server's own ceiling.
+    #[arg(long, env = "EDGEGATE_SERVE_CEILING", hide = true)]
+    pub serve_ceiling: bool,
+
     /// Log format.
     #[arg(long, env = "EDGEGATE_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,

@@ -13,14 +13,14 @@ use prometheus_client::registry::Registry;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ReviewLabels {
-    operation: String,
-    decision: String,
-    dry_run: String,
+    operation: &'static str,
+    decision: &'static str,
+    dry_run: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ResultLabels {
-    result: String,
+    result: &'static str,
 }
 
 /// Every metric the webhook exports.
@@ -101,19 +101,14 @@ impl Metrics {
         }
     }
 
-    pub fn review(&self, operation: &str, decision: &str, dry_run: bool, took: Duration) {
-        self.reviews
-            .get_or_create(&ReviewLabels {
-                operation: operation.to_owned(),
-                decision: decision.to_owned(),
-                dry_run: dry_run.to_string(),
-            })
-            .inc();
+    pub fn review(&self, operation: &'static str, decision: &'static str, dry_run: bool, took: Duration) {
+        let dry_run = if dry_run { "true" } else { "false" };
+        self.reviews.get_or_create(&ReviewLabels { operation, decision, dry_run }).inc();
         self.duration.observe(took.as_secs_f64());
     }
 
-    pub fn tls_reload(&self, result: &str) {
-        self.tls_reloads.get_or_create(&ResultLabels { result: result.to_owned() }).inc();
+    pub fn tls_reload(&self, result: &'static str) {
+        self.tls_reloads.get_or_create(&ResultLabels { result }).inc();
     }
 
     /// Set the file-error counter to the source's running total.

@@ -65,7 +65,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         });
     }
     tokio::spawn(signal_shutdown(shutdown.clone()));
-    let app = crate::server::routes(admission, args.max_body_bytes);
+    let app = crate::server::routes(admission, args.max_body_bytes, args.serve_ceiling);
     crate::server::serve_tls(listener, tls, app, shutdown, args.shutdown_grace).await;
     tracing::info!("stopped");
     Ok(())

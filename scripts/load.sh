@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Loopback load run of edgegate-webhook (release build): HTTPS keep-alive, 64 connections.
+#
+#   scripts/load.sh [SECONDS]      (default 8 per phase; 3 phases, so about 25 s)
+#
+# Phase 1, ceiling: POST /ceiling, a fixed allow that parses nothing. Phase 2, real: POST
+# /validate with a typical VPC copy review against a record naming its address. Phase 3: the real
+# handler paced at half the measured peak (scripts/load.lua's delay hook) for the p99 at half
+# load. Needs wrk (apt-get install wrk).
+# Loopback only; every phase is bounded by -d.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+secs=${1:-8}
+command -v wrk >/dev/null || { echo "wrk is missing: apt-get install -y wrk" >&2; exit 1; }
+cargo build -q --release -p edgegate-webhook
+work=$(mktemp -d)
+trap 'kill $pid 2>/dev/null || true; rm -rf "$work"' EXIT
+mkdir -p "$work/records"
+cp examples/records/edgereachability.yaml "$work/records/"
+port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+RUST_LOG=warn,rustls=error target/release/edgegate-webhook --listen "127.0.0.1:$port" --self-signed "$work/tls" \
+  --records-dir "$work/records" --serve-ceiling >/dev/null &
+pid=$!
+for _ in $(seq 100); do curl -sf --cacert "$work/tls/ca.crt" "https://localhost:$port/readyz" >/dev/null && break; sleep 0.1; done
+
+run() { # name path connections
+  local out
+  out=$(wrk -t2 -c"$3" -d"${secs}s" --latency -s scripts/load.lua "https://127.0.0.1:$port$2" | grep RESULT)
+  echo "$1 $out"
+}
+ceiling=$(run ceiling /ceiling 64)
+real=$(run validate /validate 64)
+echo "$ceiling"
+echo "$real"
+rps() { sed -E 's/.*rps=([0-9]+).*/\1/' <<<"$1"; }
+python3 - "$(rps "$ceiling")" "$(rps "$real")" <<'PY'
+import sys
+c, r = float(sys.argv[1]), float(sys.argv[2])
+print(f"real/ceiling = {r / c:.1%}")
+PY
+# Half load: the real handler paced at half its measured peak over the same 64 connections.
+half_rate=$(( $(rps "$real") / 2 ))
+half=$(EDGEGATE_RATE=$half_rate EDGEGATE_CONNECTIONS=64 run "validate-at-${half_rate}rps" /validate 64)
+echo "$half"
+curl -s --cacert "$work/tls/ca.crt" "https://localhost:$port/metrics" | grep -E '^edgegate_admission_reviews_total'

@@ -1,0 +1,140 @@
+//! The parts of a `discovery.k8s.io/v1` EndpointSlice that edgegate judges.
+//!
+//! Decoding a full `k8s_openapi` EndpointSlice (managed fields, conditions, target references,
+//! hints…) costs more than judging it. [`Slice`] keeps only the metadata edgegate reads and each
+//! endpoint's addresses, in order; serde skips everything else without allocating. It is a
+//! `kube::Resource`, so the pruner watches copies as this type too.
+
+use std::borrow::Cow;
+use std::collections::BTreeMap;
+
+use k8s_openapi::NamespaceResourceScope;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use serde::{Deserialize, Deserializer, Serialize};
+
+/// An EndpointSlice as edgegate sees it.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Slice {
+    #[serde(default, deserialize_with = "lean_metadata")]
+    pub metadata: ObjectMeta,
+    /// Required, as in the API: an object without it is no EndpointSlice.
+    pub address_type: String,
+    #[serde(default, deserialize_with = "null_as_empty")]
+    pub endpoints: Vec<Endpoint>,
+}
+
+/// One endpoint: only its addresses.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Endpoint {
+    #[serde(default, deserialize_with = "null_as_empty")]
+    pub addresses: Vec<String>,
+}
+
+impl Slice {
+    /// Every address the slice carries, as spelled, in order.
+    pub fn addresses(&self) -> impl Iterator<Item = &str> {
+        self.endpoints.iter().flat_map(|e| e.addresses.iter().map(String::as_str))
+    }
+
+    pub fn namespace(&self) -> &str {
+        self.metadata.namespace.as_deref().unwrap_or_default()
+    }
+
+    pub fn name(&self) -> &str {
+        self.metadata.name.as_deref().unwrap_or_default()
+    }
+}
+
+impl kube::Resource for Slice {
+    type DynamicType = ();
+    type Scope = NamespaceResourceScope;
+
+    fn kind(_: &()) -> Cow<'_, str> {
+        "EndpointSlice".into()
+    }
+    fn group(_: &()) -> Cow<'_, str> {
+        "discovery.k8s.io".into()
+    }
+    fn version(_: &()) -> Cow<'_, str> {
+        "v1".into()
+    }
+    fn plural(_: &()) -> Cow<'_, str> {
+        "endpointslices".into()
+    }
+    fn meta(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+    fn meta_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.metadata
+    }
+}
+
+/// The metadata fields edgegate reads; the rest (managed fields above all) is skipped unparsed.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct LeanMetadata {
+    name: Option<String>,
+    namespace: Option<String>,
+    uid: Option<String>,
+    resource_version: Option<String>,
+    labels: Option<BTreeMap<String, String>>,
+    annotations: Option<BTreeMap<String, String>>,
+}
+
+fn lean_metadata<'de, D: Deserializer<'de>>(d: D) -> Result<ObjectMeta, D::Error> {
+    let lean = Option::<LeanMetadata>::deserialize(d)?;
+    Ok(lean
+        .map(|m| ObjectMeta {
+            name: m.name,
+            namespace: m.namespace,
+            uid: m.uid,
+            resource_version: m.resource_version,
+            labels: m.labels,
+            annotations: m.annotations,
+            ..ObjectMeta::default()
+        })
+        .unwrap_or_default())
+}
+
+fn null_as_empty<'de, D: Deserializer<'de>, T: Deserialize<'de>>(d: D) -> Result<Vec<T>, D::Error> {
+    Ok(Option::<Vec<T>>::deserialize(d)?.unwrap_or_default())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_what_matters_and_skips_the_rest() {
+        let slice: Slice = serde_json::from_value(serde_json::json!({
+            "apiVersion": "discovery.k8s.io/v1",
+            "kind": "EndpointSlice",
+            "metadata": {
+                "name": "s", "namespace": "n", "uid": "u", "resourceVersion": "7",
+                "labels": {"a": "b"},
+                "managedFields": [{"manager": "cell", "fieldsV1": {"f:endpoints": {}}}],
+            },
+            "addressType": "IPv6",
+            "endpoints": [
+                {"addresses": ["fd00::1"], "conditions": {"ready": true}, "targetRef": {"kind": "Pod", "name": "p"}},
+                {"addresses": ["fd00::2", "fd00::3"], "zone": "z"},
+            ],
+            "ports": null,
+        }))
+        .expect("parses");
+        assert_eq!(slice.addresses().collect::<Vec<_>>(), ["fd00::1", "fd00::2", "fd00::3"]);
+        assert_eq!((slice.namespace(), slice.name()), ("n", "s"));
+        assert_eq!(slice.metadata.uid.as_deref(), Some("u"));
+        assert_eq!(slice.metadata.resource_version.as_deref(), Some("7"));
+        assert!(slice.metadata.managed_fields.is_none());
+    }
+
+    #[test]
+    fn an_object_without_address_type_is_no_slice() {
+        let pod = serde_json::json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": {}});
+        assert!(serde_json::from_value::<Slice>(pod).is_err());
+        let no_endpoints = serde_json::json!({"addressType": "IPv4", "endpoints": null});
+        assert!(serde_json::from_value::<Slice>(no_endpoints).expect("parses").endpoints.is_empty());
+    }
+}
