@@ -6,10 +6,12 @@
 #![forbid(unsafe_code)]
 
 pub mod address;
+pub mod copies;
 pub mod crd;
 pub mod decision;
 #[doc(hidden)]
 pub mod fixtures;
+pub mod plan;
 pub mod record;
 pub mod selector;
 pub mod slice;

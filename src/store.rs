@@ -21,6 +21,8 @@ pub trait RecordSource: Send + Sync {
     fn synced(&self) -> bool;
     /// Counts for metrics.
     fn stats(&self) -> StoreStats;
+    /// Namespaces that have a record, for a full pass.
+    fn namespaces(&self) -> Vec<String>;
 }
 
 /// Counts exposed as metrics.
@@ -87,11 +89,6 @@ impl RecordStore {
         self.ignored.store(ignored, Ordering::Relaxed);
     }
 
-    /// Namespaces that have a record, for a full resync pass.
-    pub fn namespaces(&self) -> Vec<String> {
-        self.read().keys().cloned().collect()
-    }
-
     fn read(&self) -> std::sync::RwLockReadGuard<'_, HashMap<String, Arc<Record>>> {
         // A writer never panics while holding the lock, but should one ever, the map it left is
         // still a whole map: keep serving it rather than failing every review.
@@ -116,6 +113,10 @@ impl RecordSource for RecordStore {
 
     fn synced(&self) -> bool {
         self.synced.load(Ordering::Acquire)
+    }
+
+    fn namespaces(&self) -> Vec<String> {
+        self.read().keys().cloned().collect()
     }
 
     fn stats(&self) -> StoreStats {

@@ -8,11 +8,10 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
-use futures::{Stream, StreamExt};
-use kube::runtime::WatchStreamExt;
-use kube::runtime::watcher::{self, Event};
+use kube::runtime::watcher;
 use kube::{Api, ResourceExt};
 
+use super::follow::{WatchSink, follow};
 use crate::crd::EdgeReachability;
 use crate::record::Record;
 use crate::store::RecordStore;
@@ -20,90 +19,136 @@ use crate::store::RecordStore;
 /// Records gathered during a (re-)list, and the `namespace/name`s ignored for their name.
 type Relisting = (HashMap<String, Arc<Record>>, HashSet<String>);
 
-/// Applies watch events to the store. Separate from the stream so it can be tested event by event.
+/// What a record index does when its watch fails.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OnWatchError {
+    /// Keep answering from the last synced view while the watch is listed again (the webhook:
+    /// records change rarely, and refusing every copy on a blip would stop the hub).
+    KeepServing,
+    /// Answer `Unavailable` until listed again (the pruner: never delete on a view that may be stale).
+    Unsync,
+}
+
+/// Applies watch events to a [`RecordStore`].
 #[derive(Debug)]
 pub struct StoreWriter {
     store: Arc<RecordStore>,
+    on_error: OnWatchError,
     /// Records listed so far in a (re-)list that has not finished.
     relisting: Option<Relisting>,
     /// `namespace/name` of records ignored for their name.
     ignored: HashSet<String>,
+    /// Namespaces whose record changed, for whoever wants to act on a change.
+    changed: Option<tokio::sync::mpsc::UnboundedSender<Change>>,
+}
+
+/// A change of the records a reader may want to act on.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Change {
+    /// This namespace's record was created, changed or deleted.
+    Namespace(String),
+    /// The whole view was (re-)listed.
+    All,
 }
 
 impl StoreWriter {
-    pub fn new(store: Arc<RecordStore>) -> Self {
-        StoreWriter { store, relisting: None, ignored: HashSet::new() }
+    pub fn new(store: Arc<RecordStore>, on_error: OnWatchError) -> Self {
+        StoreWriter { store, on_error, relisting: None, ignored: HashSet::new(), changed: None }
     }
 
-    pub fn apply(&mut self, event: Event<EdgeReachability>) {
-        let wanted = |r: &EdgeReachability| r.name_any() == self.store.record_name();
-        match event {
-            Event::Init => self.relisting = Some((HashMap::new(), HashSet::new())),
-            Event::InitApply(r) => {
-                let Some((snapshot, ignored)) = self.relisting.as_mut() else { return };
-                let ns = r.namespace().unwrap_or_default();
-                if wanted(&r) {
-                    super::merge_into(snapshot, &ns, Arc::new(super::record_of(&r)));
-                } else {
-                    ignored.insert(format!("{ns}/{}", r.name_any()));
-                }
+    /// Also report every change on `changed`.
+    pub fn with_changes(mut self, changed: tokio::sync::mpsc::UnboundedSender<Change>) -> Self {
+        self.changed = Some(changed);
+        self
+    }
+
+    fn wanted(&self, r: &EdgeReachability) -> bool {
+        r.name_any() == self.store.record_name()
+    }
+
+    fn notify(&self, change: Change) {
+        if let Some(tx) = &self.changed {
+            let _ = tx.send(change);
+        }
+    }
+
+    fn ignore(&mut self, r: &EdgeReachability, ignored: bool) {
+        let key = format!("{}/{}", r.namespace().unwrap_or_default(), r.name_any());
+        if ignored {
+            tracing::info!(record = %key, "record not named {}; ignored", self.store.record_name());
+            self.ignored.insert(key);
+        } else {
+            self.ignored.remove(&key);
+        }
+        self.store.set_ignored(self.ignored.len() as u64);
+    }
+}
+
+impl WatchSink<EdgeReachability> for StoreWriter {
+    fn relist_started(&mut self) {
+        self.relisting = Some((HashMap::new(), HashSet::new()));
+    }
+
+    fn listed(&mut self, r: EdgeReachability) {
+        let wanted = self.wanted(&r);
+        let Some((snapshot, ignored)) = self.relisting.as_mut() else { return };
+        let ns = r.namespace().unwrap_or_default();
+        if wanted {
+            super::merge_into(snapshot, &ns, Arc::new(super::record_of(&r)));
+        } else {
+            ignored.insert(format!("{ns}/{}", r.name_any()));
+        }
+    }
+
+    fn relist_done(&mut self) {
+        if let Some((snapshot, ignored)) = self.relisting.take() {
+            tracing::info!(records = snapshot.len(), ignored = ignored.len(), "records listed from the hub");
+            self.ignored = ignored;
+            self.store.replace_all(snapshot, self.ignored.len() as u64);
+            self.notify(Change::All);
+        }
+    }
+
+    fn applied(&mut self, r: EdgeReachability) {
+        let ns = r.namespace().unwrap_or_default();
+        if self.wanted(&r) {
+            tracing::debug!(namespace = %ns, addresses = r.entries().len(), "record applied");
+            self.store.upsert(&ns, super::record_of(&r));
+            self.notify(Change::Namespace(ns));
+        } else {
+            self.ignore(&r, true);
+        }
+    }
+
+    fn deleted(&mut self, r: EdgeReachability) {
+        let ns = r.namespace().unwrap_or_default();
+        if self.wanted(&r) {
+            tracing::info!(namespace = %ns, "record deleted; namespace back to no record");
+            self.store.remove(&ns);
+            self.notify(Change::Namespace(ns));
+        } else {
+            self.ignore(&r, false);
+        }
+    }
+
+    fn failed(&mut self, error: &watcher::Error) {
+        self.relisting = None;
+        match self.on_error {
+            OnWatchError::KeepServing => {
+                tracing::warn!(%error, "EdgeReachability watch failed; serving the last synced records while it lists again");
             }
-            Event::InitDone => {
-                if let Some((snapshot, ignored)) = self.relisting.take() {
-                    tracing::info!(records = snapshot.len(), ignored = ignored.len(), "records listed from the hub");
-                    self.ignored = ignored;
-                    self.store.replace_all(snapshot, self.ignored.len() as u64);
-                }
-            }
-            Event::Apply(r) => {
-                let ns = r.namespace().unwrap_or_default();
-                if wanted(&r) {
-                    tracing::debug!(namespace = %ns, addresses = r.entries().len(), "record applied");
-                    self.store.upsert(&ns, super::record_of(&r));
-                } else {
-                    tracing::info!(namespace = %ns, name = %r.name_any(), "record not named {}; ignored", self.store.record_name());
-                    self.ignored.insert(format!("{ns}/{}", r.name_any()));
-                    self.store.set_ignored(self.ignored.len() as u64);
-                }
-            }
-            Event::Delete(r) => {
-                let ns = r.namespace().unwrap_or_default();
-                if wanted(&r) {
-                    tracing::info!(namespace = %ns, "record deleted; namespace back to no record");
-                    self.store.remove(&ns);
-                } else {
-                    self.ignored.remove(&format!("{ns}/{}", r.name_any()));
-                    self.store.set_ignored(self.ignored.len() as u64);
-                }
+            OnWatchError::Unsync => {
+                tracing::warn!(%error, "EdgeReachability watch failed; records unavailable until listed again");
+                self.store.set_synced(false);
             }
         }
     }
 }
 
-/// The watch stream the store is fed from, with kube's default backoff on errors.
-pub fn record_events(
-    api: Api<EdgeReachability>,
-) -> impl Stream<Item = Result<Event<EdgeReachability>, watcher::Error>> {
-    watcher(api, watcher::Config::default()).default_backoff()
+/// Feed `store` from the hub's EdgeReachability resources, for as long as the task runs.
+pub async fn run(api: Api<EdgeReachability>, mut writer: StoreWriter) {
+    follow(api, watcher::Config::default(), &mut writer).await;
 }
-
-/// Feed `store` from the hub until the stream ends. Errors are logged; the store keeps its last
-/// synced state while the watcher backs off and re-lists.
-pub async fn run(api: Api<EdgeReachability>, store: Arc<RecordStore>) {
-    let mut writer = StoreWriter::new(store);
-    let events = record_events(api);
-    futures::pin_mut!(events);
-    while let Some(event) = events.next().await {
-        match event {
-            Ok(event) => writer.apply(event),
-            Err(error) => {
-                tracing::warn!(%error, "EdgeReachability watch failed; serving the last synced records while it retries")
-            }
-        }
-    }
-}
-
-use kube::runtime::watcher::watcher;
 
 #[cfg(test)]
 mod tests {
@@ -131,7 +176,8 @@ mod tests {
         let (mock, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
         let client = Client::new(mock, "default");
         let store = Arc::new(RecordStore::new(DEFAULT_RECORD_NAME));
-        let task = tokio::spawn(run(Api::all(client), Arc::clone(&store)));
+        let writer = StoreWriter::new(Arc::clone(&store), OnWatchError::KeepServing);
+        let task = tokio::spawn(run(Api::all(client), writer));
 
         let (request, send) = handle.next_request().await.expect("list request");
         assert_eq!(request.method(), http::Method::GET);
@@ -169,28 +215,48 @@ mod tests {
             .collect();
         send.send_response(Response::new(Body::from(body)));
 
-        // The watch ends after these events; the watcher re-watches. Hold that request and check.
+        // The watch ends after these events; the watcher watches again. Hold that request and check.
         let (_request, _send) = handle.next_request().await.expect("re-watch");
         assert!(matches!(store.lookup("ns-c"), RecordState::Present(r) if r.is_empty()));
         assert!(matches!(store.lookup("ns-a"), RecordState::Absent), "a deleted record is no record");
         task.abort();
     }
 
+    fn parse(v: serde_json::Value) -> EdgeReachability {
+        serde_json::from_value::<EdgeReachability>(v).expect("record")
+    }
+
     #[test]
     fn relist_is_swapped_in_whole() {
         let store = Arc::new(RecordStore::new(DEFAULT_RECORD_NAME));
-        let mut writer = StoreWriter::new(Arc::clone(&store));
-        let parse = |v: serde_json::Value| serde_json::from_value::<EdgeReachability>(v).expect("record");
-        writer.apply(Event::Init);
-        writer.apply(Event::InitApply(parse(record("ns-a", "default", &["fd00::1"]))));
-        writer.apply(Event::InitDone);
-        writer.apply(Event::Init);
-        writer.apply(Event::InitApply(parse(record("ns-b", "default", &[]))));
+        let mut writer = StoreWriter::new(Arc::clone(&store), OnWatchError::KeepServing);
+        writer.relist_started();
+        writer.listed(parse(record("ns-a", "default", &["fd00::1"])));
+        writer.relist_done();
+        writer.relist_started();
+        writer.listed(parse(record("ns-b", "default", &[])));
         // Mid re-list: the old view still answers.
         assert!(matches!(store.lookup("ns-a"), RecordState::Present(_)));
         assert!(matches!(store.lookup("ns-b"), RecordState::Absent));
-        writer.apply(Event::InitDone);
+        writer.relist_done();
         assert!(matches!(store.lookup("ns-a"), RecordState::Absent));
         assert!(matches!(store.lookup("ns-b"), RecordState::Present(_)));
+    }
+
+    #[test]
+    fn a_failed_watch_unsyncs_only_where_asked() {
+        let error = watcher::Error::NoResourceVersion;
+        for (on_error, synced_after) in [(OnWatchError::KeepServing, true), (OnWatchError::Unsync, false)] {
+            let store = Arc::new(RecordStore::new(DEFAULT_RECORD_NAME));
+            let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+            let mut writer = StoreWriter::new(Arc::clone(&store), on_error).with_changes(tx);
+            writer.relist_started();
+            writer.relist_done();
+            writer.applied(parse(record("ns-a", "default", &[])));
+            writer.failed(&error);
+            assert_eq!(store.synced(), synced_after, "{on_error:?}");
+            assert_eq!(rx.try_recv().ok(), Some(Change::All));
+            assert_eq!(rx.try_recv().ok(), Some(Change::Namespace("ns-a".into())));
+        }
     }
 }

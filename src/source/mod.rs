@@ -2,6 +2,7 @@
 //! embedded default) or a watch on the hub's EdgeReachability resources.
 
 pub mod files;
+pub mod follow;
 pub mod kubernetes;
 
 use std::collections::HashMap;

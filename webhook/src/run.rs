@@ -80,7 +80,8 @@ async fn start_record_source(
     if args.kubernetes {
         let client = kube_client(args).await?;
         let api = kube::Api::<edgegate::EdgeReachability>::all(client);
-        tokio::spawn(edgegate::source::kubernetes::run(api, store));
+        let writer = edgegate::source::kubernetes::StoreWriter::new(store, edgegate::source::kubernetes::OnWatchError::KeepServing);
+        tokio::spawn(edgegate::source::kubernetes::run(api, writer));
         return Ok(());
     }
     let source = FileSource::new(args.records_dir.clone(), store);

@@ -1,0 +1,135 @@
+//! The pruner's index of published copies, by namespace, fed by a watch of copies only (the copy
+//! selector is the watch's label selector). A pass over one namespace costs the copies in that
+//! namespace, whatever the hub holds elsewhere.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, RwLock};
+
+use kube::runtime::watcher;
+
+use crate::slice::Slice;
+use crate::source::follow::WatchSink;
+
+type ByNamespace = HashMap<String, BTreeMap<String, Arc<Slice>>>;
+
+/// Copies by namespace and name, and whether the watch behind them is whole.
+#[derive(Debug, Default)]
+pub struct CopyIndex {
+    copies: RwLock<ByNamespace>,
+    synced: AtomicBool,
+}
+
+impl CopyIndex {
+    /// The copies in one namespace, by name.
+    pub fn in_namespace(&self, namespace: &str) -> Vec<Arc<Slice>> {
+        self.read().get(namespace).map(|c| c.values().cloned().collect()).unwrap_or_default()
+    }
+
+    /// One copy as last seen.
+    pub fn get(&self, namespace: &str, name: &str) -> Option<Arc<Slice>> {
+        self.read().get(namespace).and_then(|c| c.get(name)).cloned()
+    }
+
+    pub fn synced(&self) -> bool {
+        self.synced.load(Ordering::Acquire)
+    }
+
+    pub fn len(&self) -> usize {
+        self.read().values().map(BTreeMap::len).sum()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, ByNamespace> {
+        self.copies.read().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, ByNamespace> {
+        self.copies.write().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn insert(map: &mut ByNamespace, slice: Slice) {
+        map.entry(slice.namespace().to_owned()).or_default().insert(slice.name().to_owned(), Arc::new(slice));
+    }
+}
+
+/// Applies a watch of copies to a [`CopyIndex`]. Any watch error makes the index unsynced until
+/// it is listed again: the pruner never deletes on a view of copies that may be stale.
+#[derive(Debug)]
+pub struct CopyWriter {
+    index: Arc<CopyIndex>,
+    relisting: Option<ByNamespace>,
+}
+
+impl CopyWriter {
+    pub fn new(index: Arc<CopyIndex>) -> Self {
+        CopyWriter { index, relisting: None }
+    }
+}
+
+impl WatchSink<Slice> for CopyWriter {
+    fn relist_started(&mut self) {
+        self.relisting = Some(HashMap::new());
+    }
+
+    fn listed(&mut self, slice: Slice) {
+        if let Some(map) = self.relisting.as_mut() {
+            CopyIndex::insert(map, slice);
+        }
+    }
+
+    fn relist_done(&mut self) {
+        if let Some(map) = self.relisting.take() {
+            *self.index.write() = map;
+            self.index.synced.store(true, Ordering::Release);
+            tracing::info!(copies = self.index.len(), "copies listed from the hub");
+        }
+    }
+
+    fn applied(&mut self, slice: Slice) {
+        CopyIndex::insert(&mut self.index.write(), slice);
+    }
+
+    fn deleted(&mut self, slice: Slice) {
+        let mut map = self.index.write();
+        if let Some(copies) = map.get_mut(slice.namespace()) {
+            copies.remove(slice.name());
+            if copies.is_empty() {
+                map.remove(slice.namespace());
+            }
+        }
+    }
+
+    fn failed(&mut self, error: &watcher::Error) {
+        self.relisting = None;
+        self.index.synced.store(false, Ordering::Release);
+        tracing::warn!(%error, "copy watch failed; no deletions until copies are listed again");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fixtures::copy;
+
+    #[test]
+    fn indexes_by_namespace_and_unsyncs_on_error() {
+        let index = Arc::new(CopyIndex::default());
+        let mut writer = CopyWriter::new(Arc::clone(&index));
+        writer.relist_started();
+        writer.listed(copy("a", "s1", &["fd00::1"]));
+        writer.listed(copy("b", "s2", &["fd00::2"]));
+        assert!(!index.synced(), "not synced mid-list");
+        writer.relist_done();
+        assert!(index.synced());
+        writer.applied(copy("a", "s3", &["fd00::3"]));
+        writer.deleted(copy("b", "s2", &[]));
+        assert_eq!(index.in_namespace("a").len(), 2);
+        assert!(index.in_namespace("b").is_empty());
+        writer.failed(&watcher::Error::NoResourceVersion);
+        assert!(!index.synced());
+    }
+}

@@ -1,0 +1,61 @@
+//! Following a watch into an in-memory index: one list, then watch events, with kube-runtime's
+//! watcher. On an error the watcher is dropped and, after a backoff, started again from a fresh
+//! list, so an index is only ever whole (listed and followed) or known not to be.
+
+use std::time::Duration;
+
+use futures::StreamExt;
+use kube::Api;
+use kube::runtime::watcher::{self, Event, watcher};
+use serde::de::DeserializeOwned;
+
+/// What an index does with a watch's events.
+pub trait WatchSink<K> {
+    /// A (re-)list begins: gather what follows aside.
+    fn relist_started(&mut self);
+    /// One object of the (re-)list.
+    fn listed(&mut self, object: K);
+    /// The (re-)list is complete: swap it in.
+    fn relist_done(&mut self);
+    /// An object was added or changed.
+    fn applied(&mut self, object: K);
+    /// An object was deleted.
+    fn deleted(&mut self, object: K);
+    /// The watch failed; it will be listed again after a backoff.
+    fn failed(&mut self, error: &watcher::Error);
+}
+
+const FIRST_BACKOFF: Duration = Duration::from_millis(500);
+const MAX_BACKOFF: Duration = Duration::from_secs(30);
+
+/// Feed `sink` from `api` until the task is dropped.
+pub async fn follow<K, S>(api: Api<K>, config: watcher::Config, sink: &mut S)
+where
+    K: kube::Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + 'static,
+    K::DynamicType: Default,
+    S: WatchSink<K>,
+{
+    let mut backoff = FIRST_BACKOFF;
+    loop {
+        let events = watcher(api.clone(), config.clone());
+        futures::pin_mut!(events);
+        while let Some(event) = events.next().await {
+            match event {
+                Ok(Event::Init) => sink.relist_started(),
+                Ok(Event::InitApply(object)) => sink.listed(object),
+                Ok(Event::InitDone) => {
+                    backoff = FIRST_BACKOFF;
+                    sink.relist_done();
+                }
+                Ok(Event::Apply(object)) => sink.applied(object),
+                Ok(Event::Delete(object)) => sink.deleted(object),
+                Err(error) => {
+                    sink.failed(&error);
+                    break;
+                }
+            }
+        }
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(MAX_BACKOFF);
+    }
+}
