@@ -10,6 +10,7 @@ use kube::runtime::watcher;
 
 use crate::slice::Slice;
 use crate::source::follow::WatchSink;
+use crate::source::kubernetes::Change;
 
 type ByNamespace = HashMap<String, BTreeMap<String, Arc<Slice>>>;
 
@@ -62,11 +63,19 @@ impl CopyIndex {
 pub struct CopyWriter {
     index: Arc<CopyIndex>,
     relisting: Option<ByNamespace>,
+    /// Told when a (re-)list completes, so a full pass follows at once.
+    listed: Option<tokio::sync::mpsc::UnboundedSender<Change>>,
 }
 
 impl CopyWriter {
     pub fn new(index: Arc<CopyIndex>) -> Self {
-        CopyWriter { index, relisting: None }
+        CopyWriter { index, relisting: None, listed: None }
+    }
+
+    /// Send [`Change::All`] on `listed` after every complete (re-)list.
+    pub fn with_changes(mut self, listed: tokio::sync::mpsc::UnboundedSender<Change>) -> Self {
+        self.listed = Some(listed);
+        self
     }
 }
 
@@ -86,6 +95,9 @@ impl WatchSink<Slice> for CopyWriter {
             *self.index.write() = map;
             self.index.synced.store(true, Ordering::Release);
             tracing::info!(copies = self.index.len(), "copies listed from the hub");
+            if let Some(tx) = &self.listed {
+                let _ = tx.send(Change::All);
+            }
         }
     }
 

@@ -6,6 +6,7 @@
 #![forbid(unsafe_code)]
 
 pub mod address;
+pub mod cli;
 pub mod copies;
 pub mod crd;
 pub mod decision;

@@ -8,7 +8,7 @@ use edgegate_webhook::{args, run};
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
     let args = args::Args::parse();
-    run::init_tracing(args.log_format);
+    edgegate::cli::init_tracing(args.log_format);
     if let Err(error) = run::run(args).await {
         tracing::error!(error = format!("{error:#}"), "edgegate-webhook failed");
         return std::process::ExitCode::FAILURE;

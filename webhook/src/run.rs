@@ -8,18 +8,9 @@ use edgegate::{RecordSource, RecordStore};
 use tokio_util::sync::CancellationToken;
 
 use crate::admission::Admission;
-use crate::args::{Args, LogFormat};
+use crate::args::Args;
 use crate::metrics::Metrics;
 use crate::tls::CertReloader;
-
-pub fn init_tracing(format: LogFormat) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
-    match format {
-        LogFormat::Json => builder.json().init(),
-        LogFormat::Text => builder.init(),
-    }
-}
 
 pub async fn run(args: Args) -> anyhow::Result<()> {
     rustls::crypto::ring::default_provider()
@@ -64,7 +55,11 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             }
         });
     }
-    tokio::spawn(signal_shutdown(shutdown.clone()));
+    let on_signal = shutdown.clone();
+    tokio::spawn(async move {
+        edgegate::cli::shutdown_signal().await;
+        on_signal.cancel();
+    });
     let app = crate::server::routes(admission, args.max_body_bytes, args.serve_ceiling);
     crate::server::serve_tls(listener, tls, app, shutdown, args.shutdown_grace).await;
     tracing::info!("stopped");
@@ -78,9 +73,12 @@ async fn start_record_source(
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
     if args.kubernetes {
-        let client = kube_client(args).await?;
+        let client = edgegate::cli::kube_client(args.kubeconfig.as_deref(), args.context.as_deref()).await?;
         let api = kube::Api::<edgegate::EdgeReachability>::all(client);
-        let writer = edgegate::source::kubernetes::StoreWriter::new(store, edgegate::source::kubernetes::OnWatchError::KeepServing);
+        let writer = edgegate::source::kubernetes::StoreWriter::new(
+            store,
+            edgegate::source::kubernetes::OnWatchError::KeepServing,
+        );
         tokio::spawn(edgegate::source::kubernetes::run(api, writer));
         return Ok(());
     }
@@ -94,35 +92,4 @@ async fn start_record_source(
         }
     });
     Ok(())
-}
-
-/// A client for the hub: --kubeconfig (and --context) if given, else in-cluster, else ~/.kube/config.
-pub async fn kube_client(args: &Args) -> anyhow::Result<kube::Client> {
-    let config = match &args.kubeconfig {
-        Some(path) => {
-            let kubeconfig =
-                kube::config::Kubeconfig::read_from(path).with_context(|| format!("reading {}", path.display()))?;
-            let options = kube::config::KubeConfigOptions { context: args.context.clone(), ..Default::default() };
-            kube::Config::from_custom_kubeconfig(kubeconfig, &options).await?
-        }
-        None => kube::Config::infer().await?,
-    };
-    Ok(kube::Client::try_from(config)?)
-}
-
-/// Cancel `shutdown` on SIGTERM or Ctrl-C.
-async fn signal_shutdown(shutdown: CancellationToken) {
-    let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-        Ok(term) => term,
-        Err(e) => {
-            tracing::warn!(error = %e, "cannot listen for SIGTERM; Ctrl-C only");
-            let _ = tokio::signal::ctrl_c().await;
-            return shutdown.cancel();
-        }
-    };
-    tokio::select! {
-        _ = term.recv() => tracing::info!("SIGTERM: shutting down"),
-        _ = tokio::signal::ctrl_c() => tracing::info!("interrupt: shutting down"),
-    }
-    shutdown.cancel();
 }

@@ -1,0 +1,7 @@
+//! edgegate-pruner's runtime: watches, the Lease and the deletions around the core's prune plan.
+#![forbid(unsafe_code)]
+
+pub mod args;
+pub mod metrics;
+pub mod pruner;
+pub mod run;

@@ -1,0 +1,81 @@
+//! Prometheus metrics of the pruner.
+
+use std::time::Duration;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ResultLabels {
+    result: &'static str,
+}
+
+pub struct Metrics {
+    registry: Registry,
+    deletions: Family<ResultLabels, Counter>,
+    pass_duration: Histogram,
+    leader: Gauge,
+    synced: Gauge,
+    copies: Gauge,
+}
+
+impl Metrics {
+    pub fn new() -> Self {
+        let mut registry = Registry::with_prefix("edgegate");
+        let deletions = Family::<ResultLabels, Counter>::default();
+        registry.register(
+            "prune_deletions",
+            "Copies deleted, by result: deleted, gone (404), changed (409: precondition failed), dry_run, error",
+            deletions.clone(),
+        );
+        let pass_duration = Histogram::new(exponential_buckets(0.000_1, 4.0, 10));
+        registry.register("prune_pass_duration_seconds", "Time to plan and carry out one pass", pass_duration.clone());
+        let leader = Gauge::default();
+        registry.register("leader", "1 while this replica holds the Lease and may delete", leader.clone());
+        let synced = Gauge::default();
+        registry.register(
+            "prune_caches_synced",
+            "1 while both the record and the copy caches are whole",
+            synced.clone(),
+        );
+        let copies = Gauge::default();
+        registry.register("prune_copies", "Copies in the cache", copies.clone());
+        Metrics { registry, deletions, pass_duration, leader, synced, copies }
+    }
+
+    pub fn deletion(&self, result: &'static str) {
+        self.deletions.get_or_create(&ResultLabels { result }).inc();
+    }
+
+    pub fn deletions(&self, result: &'static str) -> u64 {
+        self.deletions.get_or_create(&ResultLabels { result }).get()
+    }
+
+    pub fn pass(&self, took: Duration) {
+        self.pass_duration.observe(took.as_secs_f64());
+    }
+
+    pub fn set_state(&self, leader: bool, synced: bool, copies: usize) {
+        self.leader.set(i64::from(leader));
+        self.synced.set(i64::from(synced));
+        self.copies.set(i64::try_from(copies).unwrap_or(i64::MAX));
+    }
+
+    pub fn encode(&self) -> String {
+        let mut text = String::new();
+        if let Err(e) = prometheus_client::encoding::text::encode(&mut text, &self.registry) {
+            tracing::warn!(error = %e, "encoding metrics failed");
+        }
+        text
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}

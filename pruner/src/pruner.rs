@@ -1,0 +1,200 @@
+//! The controller: on each record change a pass over that namespace, on each resync a pass over
+//! every namespace with a record; each pass plans with the core and deletes what it planned,
+//! paced, with preconditions, and only while this replica leads and both caches are whole.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use edgegate::copies::CopyIndex;
+use edgegate::plan::{Deletion, Scope, deletion, plan};
+use edgegate::source::kubernetes::Change;
+use edgegate::{CopySelector, RecordSource, RecordStore, Slice};
+use k8s_openapi::api::core::v1::ObjectReference;
+use kube::api::{DeleteParams, Preconditions};
+use kube::runtime::events::{Event, EventType, Recorder};
+use kube::{Api, Client};
+use tokio::sync::{mpsc, watch};
+use tokio_util::sync::CancellationToken;
+
+use crate::metrics::Metrics;
+
+/// Everything a pass needs.
+pub struct Pruner {
+    pub client: Client,
+    pub records: Arc<RecordStore>,
+    pub copies: Arc<CopyIndex>,
+    pub selector: CopySelector,
+    pub dry_run: bool,
+    /// Least time between two deletions; zero for none.
+    pub pace: Duration,
+    /// True while this replica holds the Lease.
+    pub leader: watch::Receiver<bool>,
+    pub metrics: Arc<Metrics>,
+    pub recorder: Recorder,
+}
+
+/// How one deletion ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    Deleted,
+    /// 404: already gone.
+    Gone,
+    /// 409: changed or re-created since it was judged; the next pass judges it afresh.
+    Changed,
+    DryRun,
+    /// Not attempted: the lease was lost, a cache went unsynced, or the record changed since.
+    Skipped,
+    Error,
+}
+
+impl Outcome {
+    fn label(self) -> &'static str {
+        match self {
+            Outcome::Deleted => "deleted",
+            Outcome::Gone => "gone",
+            Outcome::Changed => "changed",
+            Outcome::DryRun => "dry_run",
+            Outcome::Skipped => "skipped",
+            Outcome::Error => "error",
+        }
+    }
+}
+
+impl Pruner {
+    /// May this replica delete now?
+    fn may_delete(&self) -> bool {
+        *self.leader.borrow() && self.records.synced() && self.copies.synced()
+    }
+
+    /// One pass over `scope`. Returns how each planned deletion ended.
+    pub async fn pass(&self, scope: &Scope) -> Vec<Outcome> {
+        let started = Instant::now();
+        self.metrics.set_state(*self.leader.borrow(), self.records.synced() && self.copies.synced(), self.copies.len());
+        if !self.may_delete() {
+            tracing::debug!(?scope, "pass skipped: not leading, or caches not whole");
+            return Vec::new();
+        }
+        let planned = plan(self.records.as_ref(), &self.copies, &self.selector, scope);
+        let mut outcomes = Vec::with_capacity(planned.len());
+        let mut last = None::<Instant>;
+        for planned in &planned {
+            if let Some(last) = last {
+                tokio::time::sleep(self.pace.saturating_sub(last.elapsed())).await;
+            }
+            let outcome = self.carry_out(planned).await;
+            if outcome != Outcome::Skipped && outcome != Outcome::DryRun {
+                last = Some(Instant::now());
+            }
+            self.metrics.deletion(outcome.label());
+            outcomes.push(outcome);
+        }
+        self.metrics.pass(started.elapsed());
+        outcomes
+    }
+
+    /// Judge the copy again as it is now, then delete it with preconditions.
+    async fn carry_out(&self, planned: &Deletion) -> Outcome {
+        // A pass may be paced over minutes: the lease, the caches and the record may all have
+        // changed since it was planned. Only the copy as it is now, under the record as it is now,
+        // may be deleted.
+        if !self.may_delete() {
+            return Outcome::Skipped;
+        }
+        let Some(current) = self.copies.get(&planned.namespace, &planned.name) else { return Outcome::Skipped };
+        let Some(now) = deletion(&self.records.lookup(&planned.namespace), &current, &self.selector) else {
+            tracing::info!(namespace = %planned.namespace, name = %planned.name, "copy is served again; kept");
+            return Outcome::Skipped;
+        };
+        let (ns, name, addresses) = (&now.namespace, &now.name, &now.addresses);
+        if self.dry_run {
+            tracing::info!(namespace = %ns, name = %name, ?addresses, "dry run: would delete copy the record no longer names");
+            return Outcome::DryRun;
+        }
+        let params = DeleteParams {
+            preconditions: Some(Preconditions { uid: now.uid.clone(), resource_version: now.resource_version.clone() }),
+            ..DeleteParams::default()
+        };
+        let api: Api<Slice> = Api::namespaced(self.client.clone(), ns);
+        match api.delete(name, &params).await {
+            Ok(_) => {
+                tracing::info!(namespace = %ns, name = %name, ?addresses, "deleted copy: its record names none of its addresses");
+                self.record_event(&now).await;
+                Outcome::Deleted
+            }
+            Err(kube::Error::Api(status)) if status.code == 404 => Outcome::Gone,
+            Err(kube::Error::Api(status)) if status.code == 409 => {
+                tracing::info!(namespace = %ns, name = %name, "copy changed since judged; left for the next pass");
+                Outcome::Changed
+            }
+            Err(error) => {
+                tracing::warn!(namespace = %ns, name = %name, %error, "deleting copy failed; the next pass retries");
+                Outcome::Error
+            }
+        }
+    }
+
+    /// A Kubernetes Event on the record, naming the copy deleted.
+    async fn record_event(&self, deleted: &Deletion) {
+        let record = ObjectReference {
+            api_version: Some("networking.datumapis.com/v1alpha".into()),
+            kind: Some("EdgeReachability".into()),
+            namespace: Some(deleted.namespace.clone()),
+            name: Some(self.records.record_name().to_owned()),
+            ..ObjectReference::default()
+        };
+        let copy = ObjectReference {
+            api_version: Some("discovery.k8s.io/v1".into()),
+            kind: Some("EndpointSlice".into()),
+            namespace: Some(deleted.namespace.clone()),
+            name: Some(deleted.name.clone()),
+            uid: deleted.uid.clone(),
+            ..ObjectReference::default()
+        };
+        let event = Event {
+            type_: EventType::Normal,
+            reason: "CopyDeleted".into(),
+            note: Some(format!(
+                "deleted EndpointSlice {}: the record names none of its addresses ({})",
+                deleted.name,
+                deleted.addresses.join(", ")
+            )),
+            action: "Delete".into(),
+            secondary: Some(copy),
+        };
+        if let Err(error) = self.recorder.publish(&event, &record).await {
+            tracing::warn!(%error, namespace = %deleted.namespace, "could not record the deletion event");
+        }
+    }
+
+    /// Passes until `shutdown`: one per record change, one over everything on each resync tick
+    /// and whenever this replica becomes leader.
+    pub async fn run(
+        self,
+        mut changes: mpsc::UnboundedReceiver<Change>,
+        resync: Duration,
+        shutdown: CancellationToken,
+    ) {
+        let mut tick = tokio::time::interval(resync);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut leader = self.leader.clone();
+        loop {
+            let scope = tokio::select! {
+                () = shutdown.cancelled() => return,
+                _ = tick.tick() => Scope::All,
+                change = changes.recv() => match change {
+                    Some(Change::Namespace(ns)) => Scope::Namespace(ns),
+                    Some(Change::All) => Scope::All,
+                    None => return,
+                },
+                changed = leader.changed() => match changed {
+                    Ok(()) => Scope::All,
+                    Err(_) => return,
+                },
+            };
+            tokio::select! {
+                () = shutdown.cancelled() => return,
+                _ = self.pass(&scope) => {}
+            }
+        }
+    }
+}
