@@ -13,6 +13,7 @@ pub mod decision;
 #[doc(hidden)]
 pub mod fixtures;
 pub mod plan;
+pub mod rbac;
 pub mod record;
 pub mod selector;
 pub mod slice;

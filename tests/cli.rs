@@ -25,6 +25,17 @@ fn deploy_keeps_the_generated_crd() {
 }
 
 #[test]
+fn deploy_keeps_the_generated_roles() {
+    let (code, printed) = edgegate(&["rbac"]);
+    assert_eq!(code, 0);
+    let kept = std::fs::read_to_string(repo("deploy/base/rbac/roles.yaml")).expect("roles");
+    assert_eq!(
+        printed, kept,
+        "deploy/base/rbac/roles.yaml is stale: run `cargo run -q --bin edgegate -- rbac > deploy/base/rbac/roles.yaml`"
+    );
+}
+
+#[test]
 fn check_exits_by_decision() {
     let dir = tempfile::tempdir().expect("tempdir");
     let slice = repo("examples/copy-endpointslice.yaml");

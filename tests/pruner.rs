@@ -226,6 +226,13 @@ async fn deletes_only_the_unnamed_copy_with_preconditions_and_an_event() {
         })
         .collect();
     assert!(other.is_empty(), "unexpected calls: {other:?}");
+    for call in &log {
+        let (group, resource, verb) = rbac_of(call);
+        assert!(
+            edgegate::rbac::allows(edgegate::rbac::PRUNER, &group, &resource, verb),
+            "{call:?} is not in rbac::PRUNER"
+        );
+    }
     let lists = log.iter().filter(|s| s.method == "GET" && !s.uri.contains("watch=true")).count();
     assert_eq!(lists, 2, "one initial list each, no list per event or pass: {log:?}");
     assert!(
@@ -233,6 +240,30 @@ async fn deletes_only_the_unnamed_copy_with_preconditions_and_an_event() {
             .any(|s| s.uri.contains("labelSelector=networking.datumapis.com%2Fvpc-endpointslice-projection%3Dtrue")),
         "copies are listed by the copy selector"
     );
+}
+
+/// The RBAC (group, resource, verb) a request needs.
+fn rbac_of(call: &Seen) -> (String, String, &'static str) {
+    let path = call.uri.split('?').next().unwrap_or_default();
+    let parts: Vec<&str> = path.trim_start_matches("/apis/").split('/').collect();
+    let group = parts[0].to_owned();
+    let rest = &parts[2..];
+    let (resource, named) = match rest {
+        ["namespaces", _, resource, _name, ..] => (*resource, true),
+        ["namespaces", _, resource] => (*resource, false),
+        [resource, ..] => (*resource, false),
+        [] => ("", false),
+    };
+    let verb = match (call.method.as_str(), named, call.uri.contains("watch=true")) {
+        ("GET", false, true) => "watch",
+        ("GET", false, false) => "list",
+        ("GET", true, _) => "get",
+        ("POST", ..) => "create",
+        ("PATCH", ..) => "patch",
+        ("DELETE", ..) => "delete",
+        _ => "unknown",
+    };
+    (group, resource.to_owned(), verb)
 }
 
 #[tokio::test]

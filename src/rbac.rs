@@ -1,0 +1,50 @@
+//! The API calls each binary makes, as RBAC rules: the one list that deploy/'s roles are generated
+//! from (`edgegate rbac`), and that the tests check the code's calls against.
+
+/// One RBAC rule: these verbs on this resource of this API group.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Rule {
+    pub group: &'static str,
+    pub resource: &'static str,
+    pub verbs: &'static [&'static str],
+}
+
+/// `edgegate-webhook --kubernetes`: one list and a watch of records.
+pub const WEBHOOK: &[Rule] =
+    &[Rule { group: "networking.datumapis.com", resource: "edgereachabilities", verbs: &["list", "watch"] }];
+
+/// `edgegate-pruner`: records and copies listed and watched, copies deleted, an Event per deletion
+/// (kube's recorder patches a repeated event into a series), and its Lease (kube-lease-manager
+/// reads, creates, and renews it by server-side apply). Leases are namespaced; see [`PRUNER_LEASE`].
+pub const PRUNER: &[Rule] = &[
+    Rule { group: "networking.datumapis.com", resource: "edgereachabilities", verbs: &["list", "watch"] },
+    Rule { group: "discovery.k8s.io", resource: "endpointslices", verbs: &["list", "watch", "delete"] },
+    Rule { group: "events.k8s.io", resource: "events", verbs: &["create", "patch"] },
+];
+
+/// The pruner's Lease rule, granted in its own namespace only.
+pub const PRUNER_LEASE: Rule =
+    Rule { group: "coordination.k8s.io", resource: "leases", verbs: &["get", "create", "patch"] };
+
+/// Does any of `rules` allow `verb` on `group`/`resource`?
+pub fn allows(rules: &[Rule], group: &str, resource: &str, verb: &str) -> bool {
+    rules.iter().any(|r| r.group == group && r.resource == resource && r.verbs.contains(&verb))
+}
+
+/// A ClusterRole (or, with a namespace, a Role) granting `rules`, as YAML.
+pub fn role_yaml(kind: &str, name: &str, namespace: Option<&str>, rules: &[Rule]) -> String {
+    let mut out = format!("apiVersion: rbac.authorization.k8s.io/v1\nkind: {kind}\nmetadata:\n  name: {name}\n");
+    if let Some(ns) = namespace {
+        out.push_str(&format!("  namespace: {ns}\n"));
+    }
+    out.push_str("rules:\n");
+    for r in rules {
+        out.push_str(&format!(
+            "  - apiGroups: [\"{}\"]\n    resources: [\"{}\"]\n    verbs: [{}]\n",
+            r.group,
+            r.resource,
+            r.verbs.iter().map(|v| format!("\"{v}\"")).collect::<Vec<_>>().join(", ")
+        ));
+    }
+    out
+}
