@@ -1,0 +1,491 @@
+//! End to end on a real kube-apiserver and etcd (tests/support/control_plane.rs): edgegate's real
+//! binaries attached, objects written through the API server with kube-rs, every row of the
+//! decision table proven where it matters — in what the API server accepts and keeps.
+
+#[path = "support/control_plane.rs"]
+mod control_plane;
+
+use std::path::{Path, PathBuf};
+use std::process::Child;
+use std::time::{Duration, Instant};
+
+use control_plane::{ControlPlane, shared, spawn_guarded};
+use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::api::discovery::v1::{Endpoint, EndpointSlice};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use kube::{Api, Client};
+use serde_json::json;
+
+const COPY_LABEL: &str = "networking.datumapis.com/vpc-endpointslice-projection";
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+fn binary(name: &str) -> PathBuf {
+    let dir = Path::new(env!("CARGO_BIN_EXE_edgegate-pruner")).parent().expect("target dir").to_owned();
+    let path = dir.join(name);
+    assert!(path.exists(), "{} is not built: run the README's test command (cargo test --workspace)", path.display());
+    path
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("free port")
+}
+
+async fn install_crd(client: &Client) {
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let crd = edgegate::crd::crd();
+    match crds.create(&PostParams::default(), &crd).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(s)) if s.code == 409 => {}
+        Err(e) => panic!("creating the CRD: {e}"),
+    }
+    let start = Instant::now();
+    loop {
+        let got = crds.get("edgereachabilities.networking.datumapis.com").await.expect("crd");
+        let established = got
+            .status
+            .and_then(|s| s.conditions)
+            .is_some_and(|c| c.iter().any(|c| c.type_ == "Established" && c.status == "True"));
+        if established {
+            return;
+        }
+        assert!(start.elapsed() < Duration::from_secs(30), "CRD not established");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+async fn namespace(client: &Client, name: &str, labels: &[(&str, &str)]) {
+    let api: Api<Namespace> = Api::all(client.clone());
+    let ns = Namespace {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            labels: Some(labels.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect()),
+            ..ObjectMeta::default()
+        },
+        ..Namespace::default()
+    };
+    match api.create(&PostParams::default(), &ns).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(s)) if s.code == 409 => {}
+        Err(e) => panic!("creating namespace {name}: {e}"),
+    }
+}
+
+/// An EndpointSlice, a copy if `copy`. Every slice carries `edgegate-e2e: <test>` so that each
+/// test's pruners (cluster-wide, selecting by that label too) judge only that test's copies.
+fn slice(test: &str, name: &str, copy: bool, addresses: &[&str]) -> EndpointSlice {
+    let mut labels = std::collections::BTreeMap::from([("edgegate-e2e".to_owned(), test.to_owned())]);
+    if copy {
+        labels.insert(COPY_LABEL.to_owned(), "true".to_owned());
+    }
+    EndpointSlice {
+        metadata: ObjectMeta { name: Some(name.into()), labels: Some(labels), ..ObjectMeta::default() },
+        address_type: "IPv6".into(),
+        endpoints: Some(addresses.iter().map(|a| Endpoint { addresses: vec![(*a).to_owned()], ..Endpoint::default() }).collect()),
+        ports: None,
+    }
+}
+
+/// Write (create or replace) the namespace's `default` record by server-side apply.
+async fn set_record(client: &Client, ns: &str, addresses: &[&str]) {
+    let api: Api<edgegate::EdgeReachability> = Api::namespaced(client.clone(), ns);
+    let record = json!({
+        "apiVersion": "networking.datumapis.com/v1alpha", "kind": "EdgeReachability",
+        "metadata": {"name": "default", "namespace": ns}, "spec": {"addresses": addresses},
+    });
+    api.patch("default", &PatchParams::apply("edgegate-e2e").force(), &Patch::Apply(&record)).await.expect("apply record");
+}
+
+async fn delete_record(client: &Client, ns: &str) {
+    let api: Api<edgegate::EdgeReachability> = Api::namespaced(client.clone(), ns);
+    api.delete("default", &DeleteParams::default()).await.expect("delete record");
+}
+
+/// Create a slice; `Err` carries the API server's message.
+async fn create(client: &Client, ns: &str, s: &EndpointSlice, dry_run: bool) -> Result<(), String> {
+    let api: Api<EndpointSlice> = Api::namespaced(client.clone(), ns);
+    let params = PostParams { dry_run, ..PostParams::default() };
+    api.create(&params, s).await.map(|_| ()).map_err(|e| e.to_string())
+}
+
+async fn exists(client: &Client, ns: &str, name: &str) -> bool {
+    let api: Api<EndpointSlice> = Api::namespaced(client.clone(), ns);
+    api.get_opt(name).await.expect("get").is_some()
+}
+
+async fn eventually(limit: Duration, what: &str, mut check: impl AsyncFnMut() -> bool) -> Duration {
+    let start = Instant::now();
+    while !check().await {
+        assert!(start.elapsed() < limit, "{what}: not within {limit:?}");
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    start.elapsed()
+}
+
+/// A running binary, killed when dropped.
+struct Process {
+    child: Child,
+    port: u16,
+    log: PathBuf,
+}
+
+impl Process {
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        // SIGTERM to the watchdog, which stops the binary and waits for it; SIGKILL would leave
+        // the binary running behind it.
+        let _ = std::process::Command::new("kill").arg("-TERM").arg(self.child.id().to_string()).status();
+        let _ = self.child.wait();
+    }
+}
+
+fn dev_certs() -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("edgegate-e2e-certs-{}", std::process::id()));
+    if !dir.join("tls.crt").exists() {
+        let out = std::process::Command::new(repo().join("certs/dev-certs.sh")).arg(&dir).output().expect("dev-certs.sh");
+        assert!(out.status.success());
+    }
+    dir
+}
+
+fn start_webhook(cp: &ControlPlane, kubeconfig: &Path) -> Process {
+    let certs = dev_certs();
+    let port = free_port();
+    let log = cp.dir.join(format!("webhook-{port}.log"));
+    let args = [
+        "--kubernetes".to_owned(),
+        format!("--kubeconfig={}", kubeconfig.display()),
+        format!("--listen=127.0.0.1:{port}"),
+        format!("--tls-cert={}", certs.join("tls.crt").display()),
+        format!("--tls-key={}", certs.join("tls.key").display()),
+        "--shutdown-grace=1s".to_owned(),
+    ];
+    let child = spawn_guarded(&binary("edgegate-webhook"), &args, &log);
+    Process { child, port, log }
+}
+
+/// A pruner judging only the copies of `test`.
+fn start_pruner(cp: &ControlPlane, test: &str, kubeconfig: &Path, extra: &[&str]) -> Process {
+    let port = free_port();
+    let log = cp.dir.join(format!("pruner-{port}.log"));
+    let mut args = vec![
+        format!("--kubeconfig={}", kubeconfig.display()),
+        format!("--listen=127.0.0.1:{port}"),
+        "--max-deletes-per-second=0".to_owned(),
+        format!("--copy-selector={COPY_LABEL}=true,edgegate-e2e={test}"),
+    ];
+    args.extend(extra.iter().map(|s| (*s).to_owned()));
+    let child = spawn_guarded(&binary("edgegate-pruner"), &args, &log);
+    Process { child, port, log }
+}
+
+fn http_status(url: &str, ca: Option<&Path>) -> u16 {
+    let mut cmd = std::process::Command::new("curl");
+    cmd.args(["-s", "-o", "/dev/null", "-w", "%{http_code}", "--max-time", "2"]);
+    if let Some(ca) = ca {
+        cmd.arg("--cacert").arg(ca);
+    }
+    let out = cmd.arg(url).output().expect("curl");
+    String::from_utf8_lossy(&out.stdout).trim().parse().unwrap_or(0)
+}
+
+fn metrics(p: &Process) -> String {
+    let out = std::process::Command::new("curl")
+        .args(["-s", &format!("http://127.0.0.1:{}/metrics", p.port)])
+        .output()
+        .expect("curl");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn counter(text: &str, series: &str) -> u64 {
+    text.lines().find_map(|l| l.strip_prefix(series).map(|v| v.trim().parse().unwrap_or(0))).unwrap_or(0)
+}
+
+/// deploy/'s ValidatingWebhookConfiguration, pointed at a local process by url with the dev CA,
+/// and scoped to namespaces labelled `edgegate-e2e=<scope>` so other tests are not affected.
+async fn register_webhook(client: &Client, port: u16, scope: &str) {
+    let text = std::fs::read_to_string(repo().join("deploy/base/validating-webhook.yaml")).expect("vwc");
+    let mut vwc: serde_json::Value = serde_yaml::from_str(&text).expect("vwc parses");
+    let ca = std::fs::read(dev_certs().join("ca.crt")).expect("ca");
+    let hook = &mut vwc["webhooks"][0];
+    hook["clientConfig"] = json!({"url": format!("https://127.0.0.1:{port}/validate"), "caBundle": base64(&ca)});
+    hook["namespaceSelector"]["matchLabels"] = json!({"edgegate-e2e": scope});
+    vwc["metadata"]["name"] = json!(format!("edgegate-{scope}"));
+    let api: Api<k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration> = Api::all(client.clone());
+    let vwc = serde_json::from_value(vwc).expect("vwc type");
+    api.create(&PostParams::default(), &vwc).await.expect("create vwc");
+}
+
+fn base64(bytes: &[u8]) -> String {
+    const A: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::new();
+    for chunk in bytes.chunks(3) {
+        let b = [chunk[0], *chunk.get(1).unwrap_or(&0), *chunk.get(2).unwrap_or(&0)];
+        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(A[((n >> (18 - 6 * i)) & 63) as usize] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn crd_applies_and_records_read_back_unchanged() {
+    let cp = shared();
+    let client = cp.client().await;
+    install_crd(&client).await;
+    namespace(&client, "e2e-crd", &[]).await;
+    set_record(&client, "e2e-crd", &["fd20:0:2::1:0:0", "10.0.3.7"]).await;
+    let api: Api<edgegate::EdgeReachability> = Api::namespaced(client.clone(), "e2e-crd");
+    let got = api.get("default").await.expect("get record");
+    assert_eq!(got.entries(), ["fd20:0:2::1:0:0", "10.0.3.7"]);
+    // A record written without spec, as upstream allows, reads as an empty record.
+    let bare = json!({"apiVersion": "networking.datumapis.com/v1alpha", "kind": "EdgeReachability",
+                      "metadata": {"name": "bare", "namespace": "e2e-crd"}});
+    api.patch("bare", &PatchParams::apply("edgegate-e2e"), &Patch::Apply(&bare)).await.expect("apply bare");
+    assert!(api.get("bare").await.expect("get bare").entries().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn webhook_through_the_api_server() {
+    let cp = shared();
+    let client = cp.client().await;
+    install_crd(&client).await;
+    let scope = [("edgegate-e2e", "webhook")];
+    for ns in ["wh-none", "wh-empty", "wh-named"] {
+        namespace(&client, ns, &scope).await;
+    }
+    set_record(&client, "wh-empty", &[]).await;
+    set_record(&client, "wh-named", &["FD20:0:2::1:0:1"]).await;
+    let webhook = start_webhook(cp, &cp.kubeconfig);
+    let ca = dev_certs().join("ca.crt");
+    eventually(Duration::from_secs(30), "webhook ready", async || {
+        http_status(&format!("https://127.0.0.1:{}/readyz", webhook.port), Some(&ca)) == 200
+    })
+    .await;
+    register_webhook(&client, webhook.port, "webhook").await;
+    // The configuration reaches the API server through an informer: wait for a known-bad copy
+    // to be refused before asserting anything.
+    eventually(Duration::from_secs(30), "webhook configuration in effect", async || {
+        create(&client, "wh-empty", &slice("webhook", "marker", true, &["fd20:0:2::9"]), true).await.is_err()
+    })
+    .await;
+
+    // No record: admitted.
+    create(&client, "wh-none", &slice("webhook", "copy", true, &["fd20:0:2::9"]), false).await.expect("no record → allowed");
+    // Record names the address (another spelling): admitted.
+    create(&client, "wh-named", &slice("webhook", "served", true, &["fd20:0:2::1:0:1"]), false).await.expect("named → allowed");
+    // Record names none: refused, naming namespace and addresses.
+    let err = create(&client, "wh-named", &slice("webhook", "unserved", true, &["fd20:0:2::9", "fd20:0:2::a"]), false)
+        .await
+        .expect_err("unnamed → denied");
+    assert!(err.contains("wh-named") && err.contains("fd20:0:2::9") && err.contains("fd20:0:2::a"), "{err}");
+    // Empty record: refused.
+    create(&client, "wh-empty", &slice("webhook", "copy", true, &["fd20:0:2::1:0:1"]), false).await.expect_err("empty → denied");
+    // Not a copy: never refused.
+    create(&client, "wh-empty", &slice("webhook", "plain", false, &["fd20:0:2::9"]), false).await.expect("non-copy → allowed");
+    // Server-side dry run: judged the same, nothing kept.
+    create(&client, "wh-empty", &slice("webhook", "dry", true, &["fd20:0:2::9"]), true).await.expect_err("dry run denied too");
+    create(&client, "wh-named", &slice("webhook", "dry", true, &["fd20:0:2::1:0:1"]), true).await.expect("dry run allowed");
+    assert!(!exists(&client, "wh-named", "dry").await, "a dry run keeps nothing");
+    // DELETE is never blocked, even of a copy the record no longer names.
+    set_record(&client, "wh-named", &["fd20:0:2::1:0:2"]).await;
+    let slices: Api<EndpointSlice> = Api::namespaced(client.clone(), "wh-named");
+    slices.delete("served", &DeleteParams::default()).await.expect("delete allowed");
+
+    // The record changes while the webhook runs: refused → admitted within 1 s, and back.
+    set_record(&client, "wh-empty", &[]).await;
+    let flip = slice("webhook", "flip", true, &["fd20:0:2::f"]);
+    eventually(Duration::from_secs(5), "empty record in effect", async || create(&client, "wh-empty", &flip, true).await.is_err()).await;
+    set_record(&client, "wh-empty", &["fd20:0:2::f"]).await;
+    let took = eventually(Duration::from_secs(5), "admitted after the record gained it", async || {
+        create(&client, "wh-empty", &flip, true).await.is_ok()
+    })
+    .await;
+    assert!(took < Duration::from_secs(1), "refused → admitted took {took:?}");
+    set_record(&client, "wh-empty", &[]).await;
+    let took = eventually(Duration::from_secs(5), "refused after the record lost it", async || {
+        create(&client, "wh-empty", &flip, true).await.is_err()
+    })
+    .await;
+    assert!(took < Duration::from_secs(1), "admitted → refused took {took:?}");
+    eprintln!("webhook log tail:\n{}", webhook.log().lines().rev().take(5).collect::<Vec<_>>().join("\n"));
+
+    // The webhook stops: copies fail closed, nothing existing is touched, non-copies still pass.
+    let before = slices.list(&Default::default()).await.expect("list").items.len();
+    drop(webhook);
+    let err = create(&client, "wh-none", &slice("webhook", "after-stop", true, &["fd20:0:2::9"]), false).await.expect_err("fail closed");
+    assert!(err.contains("edgegate"), "{err}");
+    create(&client, "wh-none", &slice("webhook", "plain-after-stop", false, &["fd20:0:2::9"]), false).await.expect("non-copy passes");
+    assert_eq!(slices.list(&Default::default()).await.expect("list").items.len(), before);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pruner_deletes_only_unserved_copies_and_only_one_replica_deletes() {
+    let cp = shared();
+    let client = cp.client().await;
+    install_crd(&client).await;
+    for ns in ["pr-a", "pr-none"] {
+        namespace(&client, ns, &[]).await;
+    }
+    set_record(&client, "pr-a", &["fd20:0:3::1", "fd20:0:3::2"]).await;
+    for s in [
+        slice("pruner", "served", true, &["fd20:0:3::1"]),
+        slice("pruner", "leaving", true, &["fd20:0:3::2"]),
+        slice("pruner", "empty", true, &[]),
+        slice("pruner", "plain", false, &["fd20:0:3::2"]),
+    ] {
+        create(&client, "pr-a", &s, false).await.expect("create");
+    }
+    create(&client, "pr-none", &slice("pruner", "unrecorded", true, &["fd20:0:3::9"]), false).await.expect("create");
+
+    let lease = ["--lease-namespace=default", "--lease-name=e2e-pruner", "--lease-duration=3s", "--resync=60s"];
+    let pruners = [start_pruner(cp, "pruner", &cp.kubeconfig, &lease), start_pruner(cp, "pruner", &cp.kubeconfig, &lease)];
+    for p in &pruners {
+        eventually(Duration::from_secs(30), "pruner ready", async || {
+            http_status(&format!("http://127.0.0.1:{}/readyz", p.port), None) == 200
+        })
+        .await;
+    }
+    eventually(Duration::from_secs(30), "a leader", async || {
+        pruners.iter().any(|p| metrics(p).contains("edgegate_leader 1"))
+    })
+    .await;
+
+    set_record(&client, "pr-a", &["fd20:0:3::1"]).await;
+    let took = eventually(Duration::from_secs(5), "unserved copy deleted", async || !exists(&client, "pr-a", "leaving").await).await;
+    assert!(took < Duration::from_secs(1), "record change → copy gone took {took:?}");
+    for (ns, name) in [("pr-a", "served"), ("pr-a", "empty"), ("pr-a", "plain"), ("pr-none", "unrecorded")] {
+        assert!(exists(&client, ns, name).await, "{ns}/{name} must survive");
+    }
+    let deleted: Vec<u64> = pruners.iter().map(|p| counter(&metrics(p), "edgegate_prune_deletions_total{result=\"deleted\"}")).collect();
+    assert_eq!(deleted.iter().sum::<u64>(), 1, "exactly one deletion: {deleted:?}");
+    assert!(deleted.contains(&0), "only one replica deletes: {deleted:?}");
+
+    // Deleting the record deletes nothing.
+    delete_record(&client, "pr-a").await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(exists(&client, "pr-a", "served").await && exists(&client, "pr-a", "empty").await);
+
+    // Convergence: record update → copy gone, over 20 changes.
+    let mut times = Vec::new();
+    for i in 0..20 {
+        let address = format!("fd20:0:4::{:x}", i + 1); // the API server wants canonical IPv6
+        set_record(&client, "pr-a", &["fd20:0:3::1", &address]).await;
+        let name = format!("conv-{i}");
+        create(&client, "pr-a", &slice("pruner", &name, true, &[&address]), false).await.expect("create");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        set_record(&client, "pr-a", &["fd20:0:3::1"]).await;
+        times.push(eventually(Duration::from_secs(5), "converged", async || !exists(&client, "pr-a", &name).await).await);
+    }
+    times.sort();
+    eprintln!("pruner convergence over 20 changes: median {:?}, max {:?}", times[10], times[19]);
+    assert!(times[10] < Duration::from_secs(1), "median convergence {:?}", times[10]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deploy_rbac_is_sufficient_and_no_wider_than_needed() {
+    let cp = shared();
+    let client = cp.client().await;
+    install_crd(&client).await;
+    namespace(&client, "edgegate-system", &[]).await;
+    namespace(&client, "rb-a", &[]).await;
+    apply_file(cp, &repo().join("deploy/base/rbac/roles.yaml"));
+    apply_file(cp, &repo().join("deploy/base/rbac/bindings.yaml"));
+    let groups = ["system:serviceaccounts", "system:serviceaccounts:edgegate-system", "system:authenticated"];
+    let pruner_sa = cp.impersonating("system:serviceaccount:edgegate-system:edgegate-pruner", &groups);
+    let webhook_sa = cp.impersonating("system:serviceaccount:edgegate-system:edgegate-webhook", &groups);
+
+    set_record(&client, "rb-a", &[]).await;
+    create(&client, "rb-a", &slice("rbac", "unserved", true, &["fd20:0:5::1"]), false).await.expect("create");
+    let pruner = start_pruner(cp, "rbac", &pruner_sa, &["--lease-namespace=edgegate-system", "--lease-name=rbac-e2e", "--resync=1s"]);
+    eventually(Duration::from_secs(30), "pruner with its own RBAC deletes", async || !exists(&client, "rb-a", "unserved").await).await;
+    assert!(!pruner.log().contains("forbidden"), "{}", pruner.log());
+
+    let webhook = start_webhook(cp, &webhook_sa);
+    let ca = dev_certs().join("ca.crt");
+    eventually(Duration::from_secs(30), "webhook with its own RBAC ready", async || {
+        http_status(&format!("https://127.0.0.1:{}/readyz", webhook.port), Some(&ca)) == 200
+    })
+    .await;
+
+    // A role missing `watch` on copies: the pruner never becomes ready and says why.
+    let narrow = std::fs::read_to_string(repo().join("deploy/base/rbac/roles.yaml"))
+        .expect("roles")
+        .replace("verbs: [\"list\", \"watch\", \"delete\"]", "verbs: [\"list\", \"delete\"]")
+        .replace("name: edgegate-pruner\n", "name: edgegate-pruner-narrow\n");
+    let narrow_path = cp.dir.join("narrow-roles.yaml");
+    std::fs::write(&narrow_path, narrow).expect("write");
+    apply_file(cp, &narrow_path);
+    let binding = "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\nmetadata: {name: edgegate-pruner-narrow}\n\
+                   roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: edgegate-pruner-narrow}\n\
+                   subjects: [{kind: ServiceAccount, name: narrow, namespace: edgegate-system}]\n";
+    let binding_path = cp.dir.join("narrow-binding.yaml");
+    std::fs::write(&binding_path, binding).expect("write");
+    apply_file(cp, &binding_path);
+    let narrow_sa = cp.impersonating("system:serviceaccount:edgegate-system:narrow", &groups);
+    let pruner = start_pruner(cp, "rbac", &narrow_sa, &["--no-leader-election", "--resync=1s"]);
+    eventually(Duration::from_secs(30), "the missing verb is logged", async || pruner.log().contains("forbidden")).await;
+    assert_eq!(http_status(&format!("http://127.0.0.1:{}/readyz", pruner.port), None), 503);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_overlay_applies_server_side_dry_run() {
+    let cp = shared();
+    let client = cp.client().await;
+    install_crd(&client).await;
+    namespace(&client, "edgegate-system", &[]).await;
+    // cert-manager's own CRDs are not installed here: stand-ins that accept any spec let the
+    // API server validate the rest of the overlay.
+    for (kind, plural) in [("Issuer", "issuers"), ("Certificate", "certificates")] {
+        let stub = json!({
+            "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+            "metadata": {"name": format!("{plural}.cert-manager.io")},
+            "spec": {"group": "cert-manager.io", "scope": "Namespaced",
+                     "names": {"kind": kind, "plural": plural, "listKind": format!("{kind}List"), "singular": kind.to_lowercase()},
+                     "versions": [{"name": "v1", "served": true, "storage": true,
+                                   "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]}
+        });
+        let api: Api<CustomResourceDefinition> = Api::all(client.clone());
+        match api.create(&PostParams::default(), &serde_json::from_value(stub).expect("crd")).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.code == 409 => {}
+            Err(e) => panic!("stub CRD: {e}"),
+        }
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let certs = repo().join("deploy/overlays/dev/certs");
+    if !certs.join("tls.crt").exists() {
+        std::process::Command::new(repo().join("certs/dev-certs.sh")).arg(&certs).output().expect("dev-certs.sh");
+    }
+    for overlay in ["deploy/overlays/dev", "deploy/overlays/with-cert-manager"] {
+        let render = std::process::Command::new("kubectl").arg("kustomize").arg(repo().join(overlay)).output().expect("kubectl");
+        assert!(render.status.success());
+        let rendered = cp.dir.join(format!("{}.yaml", overlay.replace('/', "-")));
+        std::fs::write(&rendered, &render.stdout).expect("write");
+        let out = kubectl(cp, &["apply", "--dry-run=server", "-f", &rendered.display().to_string()]);
+        assert!(out.status.success(), "{overlay}: {}", String::from_utf8_lossy(&out.stderr));
+    }
+}
+
+fn kubectl(cp: &ControlPlane, args: &[&str]) -> std::process::Output {
+    std::process::Command::new("kubectl").arg("--kubeconfig").arg(&cp.kubeconfig).args(args).output().expect("kubectl runs")
+}
+
+fn apply_file(cp: &ControlPlane, path: &Path) {
+    let out = kubectl(cp, &["apply", "-f", &path.display().to_string()]);
+    assert!(out.status.success(), "applying {}: {}", path.display(), String::from_utf8_lossy(&out.stderr));
+}

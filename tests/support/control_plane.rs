@@ -1,0 +1,204 @@
+//! A real control plane for end-to-end tests: etcd and kube-apiserver, built from their Go modules
+//! by tests/control-plane/build.sh, started on free loopback ports with generated certificates and
+//! an admin kubeconfig. One per test binary, shared by its tests (each in its own namespaces).
+//!
+//! Every process runs under a watchdog shell that kills it once the test process is gone, so
+//! nothing outlives a test run, even one that panicked or was killed.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+pub struct ControlPlane {
+    pub dir: PathBuf,
+    pub kubeconfig: PathBuf,
+    pub server: String,
+    _processes: Vec<Child>,
+}
+
+static SHARED: OnceLock<ControlPlane> = OnceLock::new();
+
+/// The test binary's control plane, started on first use.
+pub fn shared() -> &'static ControlPlane {
+    SHARED.get_or_init(ControlPlane::start)
+}
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("free port")
+}
+
+fn run(cmd: &mut Command) {
+    let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
+    assert!(out.status.success(), "{cmd:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+}
+
+fn openssl(dir: &Path, args: &[&str]) {
+    run(Command::new("openssl").args(args).current_dir(dir));
+}
+
+/// Start `program` under a watchdog that ends it when this test process ends.
+pub fn spawn_guarded(program: &Path, args: &[String], log: &Path) -> Child {
+    let script = r#"prog="$1"; shift; "$prog" "$@" & child=$!
+trap 'kill $child 2>/dev/null; exit 0' TERM INT
+while kill -0 "$WATCHED" 2>/dev/null && kill -0 $child 2>/dev/null; do sleep 0.3; done
+kill $child 2>/dev/null; wait $child"#;
+    let log = std::fs::File::create(log).expect("log file");
+    Command::new("sh")
+        .arg("-c")
+        .arg(script)
+        .arg("watchdog")
+        .arg(program)
+        .args(args)
+        .env("WATCHED", std::process::id().to_string())
+        .stdout(log.try_clone().expect("log"))
+        .stderr(log)
+        .spawn()
+        .unwrap_or_else(|e| panic!("starting {}: {e}", program.display()))
+}
+
+impl ControlPlane {
+    fn start() -> ControlPlane {
+        let started = Instant::now();
+        let out = Command::new(repo().join("tests/control-plane/build.sh")).stderr(Stdio::inherit()).output().expect("build.sh runs");
+        assert!(out.status.success(), "building the control plane failed");
+        let bin = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim().to_owned());
+        let dir = std::env::temp_dir().join(format!("edgegate-cp-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join("etcd")).expect("mkdir");
+        Self::make_certs(&dir);
+
+        let (peer, client, secure) = (free_port(), free_port(), free_port());
+        let etcd = spawn_guarded(
+            &bin.join("etcd"),
+            &[
+                format!("--data-dir={}", dir.join("etcd").display()),
+                format!("--listen-peer-urls=http://127.0.0.1:{peer}"),
+                format!("--initial-advertise-peer-urls=http://127.0.0.1:{peer}"),
+                format!("--initial-cluster=default=http://127.0.0.1:{peer}"),
+                format!("--listen-client-urls=http://127.0.0.1:{client}"),
+                format!("--advertise-client-urls=http://127.0.0.1:{client}"),
+                "--unsafe-no-fsync=true".into(),
+                "--log-level=warn".into(),
+            ],
+            &dir.join("etcd.log"),
+        );
+        let d = |f: &str| dir.join(f).display().to_string();
+        let apiserver = spawn_guarded(
+            &bin.join("kube-apiserver"),
+            &[
+                format!("--etcd-servers=http://127.0.0.1:{client}"),
+                format!("--secure-port={secure}"),
+                "--bind-address=127.0.0.1".into(),
+                format!("--cert-dir={}", d("apiserver-certs")),
+                format!("--tls-cert-file={}", d("apiserver.crt")),
+                format!("--tls-private-key-file={}", d("apiserver.key")),
+                format!("--client-ca-file={}", d("ca.crt")),
+                "--service-cluster-ip-range=10.0.0.0/24".into(),
+                "--allow-privileged=true".into(),
+                "--disable-admission-plugins=ServiceAccount".into(),
+                "--authorization-mode=RBAC".into(),
+                format!("--service-account-issuer=https://127.0.0.1:{secure}/"),
+                format!("--service-account-key-file={}", d("sa.pub")),
+                format!("--service-account-signing-key-file={}", d("sa.key")),
+                "--v=1".into(),
+            ],
+            &dir.join("kube-apiserver.log"),
+        );
+        let server = format!("https://127.0.0.1:{secure}");
+        let kubeconfig = dir.join("admin.kubeconfig");
+        std::fs::write(
+            &kubeconfig,
+            format!(
+                "apiVersion: v1\nkind: Config\nclusters:\n- name: cp\n  cluster:\n    server: {server}\n    certificate-authority: {ca}\n\
+                 users:\n- name: admin\n  user:\n    client-certificate: {crt}\n    client-key: {key}\n\
+                 contexts:\n- name: admin\n  context: {{cluster: cp, user: admin}}\ncurrent-context: admin\n",
+                ca = d("ca.crt"),
+                crt = d("admin.crt"),
+                key = d("admin.key"),
+            ),
+        )
+        .expect("kubeconfig");
+        let plane = ControlPlane { dir, kubeconfig, server, _processes: vec![etcd, apiserver] };
+        plane.wait_ready(Duration::from_secs(90));
+        eprintln!("control plane ready in {:?} at {}", started.elapsed(), plane.server);
+        plane
+    }
+
+    fn make_certs(dir: &Path) {
+        let ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-sha256"];
+        let mut ca = vec!["req", "-x509"];
+        ca.extend(ec);
+        ca.extend(["-days", "2", "-subj", "/CN=edgegate-test-ca", "-keyout", "ca.key", "-out", "ca.crt"]);
+        openssl(dir, &ca);
+        for (name, subject, ext) in [
+            ("apiserver", "/CN=kube-apiserver", "subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\n"),
+            ("admin", "/O=system:masters/CN=admin", "extendedKeyUsage=clientAuth\n"),
+        ] {
+            let mut req = vec!["req"];
+            req.extend(ec);
+            let (key, csr, crt, extfile) = (format!("{name}.key"), format!("{name}.csr"), format!("{name}.crt"), format!("{name}.ext"));
+            req.extend(["-subj", subject, "-keyout", &key, "-out", &csr]);
+            openssl(dir, &req);
+            std::fs::write(dir.join(&extfile), ext).expect("ext");
+            openssl(
+                dir,
+                &["x509", "-req", "-in", &csr, "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial", "-days", "2", "-extfile", &extfile, "-out", &crt],
+            );
+        }
+        openssl(dir, &["genrsa", "-out", "sa.key", "2048"]);
+        openssl(dir, &["rsa", "-in", "sa.key", "-pubout", "-out", "sa.pub"]);
+    }
+
+    fn wait_ready(&self, limit: Duration) {
+        let start = Instant::now();
+        loop {
+            let out = Command::new("curl")
+                .args(["-sf", "--max-time", "2", "--cacert"])
+                .arg(self.dir.join("ca.crt"))
+                .arg("--cert")
+                .arg(self.dir.join("admin.crt"))
+                .arg("--key")
+                .arg(self.dir.join("admin.key"))
+                .arg(format!("{}/readyz", self.server))
+                .output()
+                .expect("curl");
+            if out.status.success() {
+                return;
+            }
+            assert!(
+                start.elapsed() < limit,
+                "kube-apiserver not ready within {limit:?}; log tail:\n{}",
+                self.log_tail("kube-apiserver.log")
+            );
+            std::thread::sleep(Duration::from_millis(250));
+        }
+    }
+
+    pub fn log_tail(&self, name: &str) -> String {
+        let text = std::fs::read_to_string(self.dir.join(name)).unwrap_or_default();
+        text.lines().rev().take(30).collect::<Vec<_>>().into_iter().rev().collect::<Vec<_>>().join("\n")
+    }
+
+    /// An admin client.
+    pub async fn client(&self) -> kube::Client {
+        edgegate::cli::kube_client(Some(&self.kubeconfig), None).await.expect("admin client")
+    }
+
+    /// A kubeconfig that impersonates `user` (in `groups`) through the admin credentials.
+    pub fn impersonating(&self, user: &str, groups: &[&str]) -> PathBuf {
+        let admin = std::fs::read_to_string(&self.kubeconfig).expect("kubeconfig");
+        let groups = groups.iter().map(|g| format!("\"{g}\"")).collect::<Vec<_>>().join(", ");
+        let text = admin.replace(
+            "  user:\n",
+            &format!("  user:\n    as: \"{user}\"\n    as-groups: [{groups}]\n"),
+        );
+        let path = self.dir.join(format!("{}.kubeconfig", user.replace(':', "-")));
+        std::fs::write(&path, text).expect("kubeconfig");
+        path
+    }
+}
