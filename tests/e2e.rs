@@ -85,7 +85,9 @@ fn slice(test: &str, name: &str, copy: bool, addresses: &[&str]) -> EndpointSlic
     EndpointSlice {
         metadata: ObjectMeta { name: Some(name.into()), labels: Some(labels), ..ObjectMeta::default() },
         address_type: "IPv6".into(),
-        endpoints: Some(addresses.iter().map(|a| Endpoint { addresses: vec![(*a).to_owned()], ..Endpoint::default() }).collect()),
+        endpoints: Some(
+            addresses.iter().map(|a| Endpoint { addresses: vec![(*a).to_owned()], ..Endpoint::default() }).collect(),
+        ),
         ports: None,
     }
 }
@@ -97,7 +99,9 @@ async fn set_record(client: &Client, ns: &str, addresses: &[&str]) {
         "apiVersion": "networking.datumapis.com/v1alpha", "kind": "EdgeReachability",
         "metadata": {"name": "default", "namespace": ns}, "spec": {"addresses": addresses},
     });
-    api.patch("default", &PatchParams::apply("edgegate-e2e").force(), &Patch::Apply(&record)).await.expect("apply record");
+    api.patch("default", &PatchParams::apply("edgegate-e2e").force(), &Patch::Apply(&record))
+        .await
+        .expect("apply record");
 }
 
 async fn delete_record(client: &Client, ns: &str) {
@@ -151,7 +155,8 @@ impl Drop for Process {
 fn dev_certs() -> PathBuf {
     let dir = std::env::temp_dir().join(format!("edgegate-e2e-certs-{}", std::process::id()));
     if !dir.join("tls.crt").exists() {
-        let out = std::process::Command::new(repo().join("certs/dev-certs.sh")).arg(&dir).output().expect("dev-certs.sh");
+        let out =
+            std::process::Command::new(repo().join("certs/dev-certs.sh")).arg(&dir).output().expect("dev-certs.sh");
         assert!(out.status.success());
     }
     dir
@@ -220,7 +225,8 @@ async fn register_webhook(client: &Client, port: u16, scope: &str) {
     hook["clientConfig"] = json!({"url": format!("https://127.0.0.1:{port}/validate"), "caBundle": base64(&ca)});
     hook["namespaceSelector"]["matchLabels"] = json!({"edgegate-e2e": scope});
     vwc["metadata"]["name"] = json!(format!("edgegate-{scope}"));
-    let api: Api<k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration> = Api::all(client.clone());
+    let api: Api<k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration> =
+        Api::all(client.clone());
     let vwc = serde_json::from_value(vwc).expect("vwc type");
     api.create(&PostParams::default(), &vwc).await.expect("create vwc");
 }
@@ -285,21 +291,33 @@ async fn webhook_through_the_api_server() {
     .await;
 
     // No record: admitted.
-    create(&client, "wh-none", &slice("webhook", "copy", true, &["fd20:0:2::9"]), false).await.expect("no record → allowed");
+    create(&client, "wh-none", &slice("webhook", "copy", true, &["fd20:0:2::9"]), false)
+        .await
+        .expect("no record → allowed");
     // Record names the address (another spelling): admitted.
-    create(&client, "wh-named", &slice("webhook", "served", true, &["fd20:0:2::1:0:1"]), false).await.expect("named → allowed");
+    create(&client, "wh-named", &slice("webhook", "served", true, &["fd20:0:2::1:0:1"]), false)
+        .await
+        .expect("named → allowed");
     // Record names none: refused, naming namespace and addresses.
     let err = create(&client, "wh-named", &slice("webhook", "unserved", true, &["fd20:0:2::9", "fd20:0:2::a"]), false)
         .await
         .expect_err("unnamed → denied");
     assert!(err.contains("wh-named") && err.contains("fd20:0:2::9") && err.contains("fd20:0:2::a"), "{err}");
     // Empty record: refused.
-    create(&client, "wh-empty", &slice("webhook", "copy", true, &["fd20:0:2::1:0:1"]), false).await.expect_err("empty → denied");
+    create(&client, "wh-empty", &slice("webhook", "copy", true, &["fd20:0:2::1:0:1"]), false)
+        .await
+        .expect_err("empty → denied");
     // Not a copy: never refused.
-    create(&client, "wh-empty", &slice("webhook", "plain", false, &["fd20:0:2::9"]), false).await.expect("non-copy → allowed");
+    create(&client, "wh-empty", &slice("webhook", "plain", false, &["fd20:0:2::9"]), false)
+        .await
+        .expect("non-copy → allowed");
     // Server-side dry run: judged the same, nothing kept.
-    create(&client, "wh-empty", &slice("webhook", "dry", true, &["fd20:0:2::9"]), true).await.expect_err("dry run denied too");
-    create(&client, "wh-named", &slice("webhook", "dry", true, &["fd20:0:2::1:0:1"]), true).await.expect("dry run allowed");
+    create(&client, "wh-empty", &slice("webhook", "dry", true, &["fd20:0:2::9"]), true)
+        .await
+        .expect_err("dry run denied too");
+    create(&client, "wh-named", &slice("webhook", "dry", true, &["fd20:0:2::1:0:1"]), true)
+        .await
+        .expect("dry run allowed");
     assert!(!exists(&client, "wh-named", "dry").await, "a dry run keeps nothing");
     // DELETE is never blocked, even of a copy the record no longer names.
     set_record(&client, "wh-named", &["fd20:0:2::1:0:2"]).await;
@@ -309,7 +327,10 @@ async fn webhook_through_the_api_server() {
     // The record changes while the webhook runs: refused → admitted within 1 s, and back.
     set_record(&client, "wh-empty", &[]).await;
     let flip = slice("webhook", "flip", true, &["fd20:0:2::f"]);
-    eventually(Duration::from_secs(5), "empty record in effect", async || create(&client, "wh-empty", &flip, true).await.is_err()).await;
+    eventually(Duration::from_secs(5), "empty record in effect", async || {
+        create(&client, "wh-empty", &flip, true).await.is_err()
+    })
+    .await;
     set_record(&client, "wh-empty", &["fd20:0:2::f"]).await;
     let took = eventually(Duration::from_secs(5), "admitted after the record gained it", async || {
         create(&client, "wh-empty", &flip, true).await.is_ok()
@@ -322,14 +343,18 @@ async fn webhook_through_the_api_server() {
     })
     .await;
     assert!(took < Duration::from_secs(1), "admitted → refused took {took:?}");
-    eprintln!("webhook log tail:\n{}", webhook.log().lines().rev().take(5).collect::<Vec<_>>().join("\n"));
+    report_admission_latency(cp);
 
     // The webhook stops: copies fail closed, nothing existing is touched, non-copies still pass.
     let before = slices.list(&Default::default()).await.expect("list").items.len();
     drop(webhook);
-    let err = create(&client, "wh-none", &slice("webhook", "after-stop", true, &["fd20:0:2::9"]), false).await.expect_err("fail closed");
+    let err = create(&client, "wh-none", &slice("webhook", "after-stop", true, &["fd20:0:2::9"]), false)
+        .await
+        .expect_err("fail closed");
     assert!(err.contains("edgegate"), "{err}");
-    create(&client, "wh-none", &slice("webhook", "plain-after-stop", false, &["fd20:0:2::9"]), false).await.expect("non-copy passes");
+    create(&client, "wh-none", &slice("webhook", "plain-after-stop", false, &["fd20:0:2::9"]), false)
+        .await
+        .expect("non-copy passes");
     assert_eq!(slices.list(&Default::default()).await.expect("list").items.len(), before);
 }
 
@@ -353,7 +378,8 @@ async fn pruner_deletes_only_unserved_copies_and_only_one_replica_deletes() {
     create(&client, "pr-none", &slice("pruner", "unrecorded", true, &["fd20:0:3::9"]), false).await.expect("create");
 
     let lease = ["--lease-namespace=default", "--lease-name=e2e-pruner", "--lease-duration=3s", "--resync=60s"];
-    let pruners = [start_pruner(cp, "pruner", &cp.kubeconfig, &lease), start_pruner(cp, "pruner", &cp.kubeconfig, &lease)];
+    let pruners =
+        [start_pruner(cp, "pruner", &cp.kubeconfig, &lease), start_pruner(cp, "pruner", &cp.kubeconfig, &lease)];
     for p in &pruners {
         eventually(Duration::from_secs(30), "pruner ready", async || {
             http_status(&format!("http://127.0.0.1:{}/readyz", p.port), None) == 200
@@ -366,12 +392,15 @@ async fn pruner_deletes_only_unserved_copies_and_only_one_replica_deletes() {
     .await;
 
     set_record(&client, "pr-a", &["fd20:0:3::1"]).await;
-    let took = eventually(Duration::from_secs(5), "unserved copy deleted", async || !exists(&client, "pr-a", "leaving").await).await;
+    let took =
+        eventually(Duration::from_secs(5), "unserved copy deleted", async || !exists(&client, "pr-a", "leaving").await)
+            .await;
     assert!(took < Duration::from_secs(1), "record change → copy gone took {took:?}");
     for (ns, name) in [("pr-a", "served"), ("pr-a", "empty"), ("pr-a", "plain"), ("pr-none", "unrecorded")] {
         assert!(exists(&client, ns, name).await, "{ns}/{name} must survive");
     }
-    let deleted: Vec<u64> = pruners.iter().map(|p| counter(&metrics(p), "edgegate_prune_deletions_total{result=\"deleted\"}")).collect();
+    let deleted: Vec<u64> =
+        pruners.iter().map(|p| counter(&metrics(p), "edgegate_prune_deletions_total{result=\"deleted\"}")).collect();
     assert_eq!(deleted.iter().sum::<u64>(), 1, "exactly one deletion: {deleted:?}");
     assert!(deleted.contains(&0), "only one replica deletes: {deleted:?}");
 
@@ -389,7 +418,9 @@ async fn pruner_deletes_only_unserved_copies_and_only_one_replica_deletes() {
         create(&client, "pr-a", &slice("pruner", &name, true, &[&address]), false).await.expect("create");
         tokio::time::sleep(Duration::from_millis(50)).await;
         set_record(&client, "pr-a", &["fd20:0:3::1"]).await;
-        times.push(eventually(Duration::from_secs(5), "converged", async || !exists(&client, "pr-a", &name).await).await);
+        times.push(
+            eventually(Duration::from_secs(5), "converged", async || !exists(&client, "pr-a", &name).await).await,
+        );
     }
     times.sort();
     eprintln!("pruner convergence over 20 changes: median {:?}, max {:?}", times[10], times[19]);
@@ -411,8 +442,16 @@ async fn deploy_rbac_is_sufficient_and_no_wider_than_needed() {
 
     set_record(&client, "rb-a", &[]).await;
     create(&client, "rb-a", &slice("rbac", "unserved", true, &["fd20:0:5::1"]), false).await.expect("create");
-    let pruner = start_pruner(cp, "rbac", &pruner_sa, &["--lease-namespace=edgegate-system", "--lease-name=rbac-e2e", "--resync=1s"]);
-    eventually(Duration::from_secs(30), "pruner with its own RBAC deletes", async || !exists(&client, "rb-a", "unserved").await).await;
+    let pruner = start_pruner(
+        cp,
+        "rbac",
+        &pruner_sa,
+        &["--lease-namespace=edgegate-system", "--lease-name=rbac-e2e", "--resync=1s"],
+    );
+    eventually(Duration::from_secs(30), "pruner with its own RBAC deletes", async || {
+        !exists(&client, "rb-a", "unserved").await
+    })
+    .await;
     assert!(!pruner.log().contains("forbidden"), "{}", pruner.log());
 
     let webhook = start_webhook(cp, &webhook_sa);
@@ -438,7 +477,8 @@ async fn deploy_rbac_is_sufficient_and_no_wider_than_needed() {
     apply_file(cp, &binding_path);
     let narrow_sa = cp.impersonating("system:serviceaccount:edgegate-system:narrow", &groups);
     let pruner = start_pruner(cp, "rbac", &narrow_sa, &["--no-leader-election", "--resync=1s"]);
-    eventually(Duration::from_secs(30), "the missing verb is logged", async || pruner.log().contains("forbidden")).await;
+    eventually(Duration::from_secs(30), "the missing verb is logged", async || pruner.log().contains("forbidden"))
+        .await;
     assert_eq!(http_status(&format!("http://127.0.0.1:{}/readyz", pruner.port), None), 503);
 }
 
@@ -472,7 +512,8 @@ async fn every_overlay_applies_server_side_dry_run() {
         std::process::Command::new(repo().join("certs/dev-certs.sh")).arg(&certs).output().expect("dev-certs.sh");
     }
     for overlay in ["deploy/overlays/dev", "deploy/overlays/with-cert-manager"] {
-        let render = std::process::Command::new("kubectl").arg("kustomize").arg(repo().join(overlay)).output().expect("kubectl");
+        let render =
+            std::process::Command::new("kubectl").arg("kustomize").arg(repo().join(overlay)).output().expect("kubectl");
         assert!(render.status.success());
         let rendered = cp.dir.join(format!("{}.yaml", overlay.replace('/', "-")));
         std::fs::write(&rendered, &render.stdout).expect("write");
@@ -481,8 +522,39 @@ async fn every_overlay_applies_server_side_dry_run() {
     }
 }
 
+/// The API server's own view of the webhook's latency: median and p99 of
+/// `apiserver_admission_webhook_admission_duration_seconds` for edgegate's webhook.
+fn report_admission_latency(cp: &ControlPlane) {
+    let out = kubectl(cp, &["get", "--raw", "/metrics"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut buckets: std::collections::BTreeMap<u64, f64> = Default::default(); // le in ns → count
+    for line in text.lines().filter(|l| {
+        l.starts_with("apiserver_admission_webhook_admission_duration_seconds_bucket")
+            && l.contains("edgegate.networking.datumapis.com")
+    }) {
+        let le = line.split("le=\"").nth(1).and_then(|r| r.split('"').next()).unwrap_or("+Inf");
+        let count: f64 = line.rsplit(' ').next().and_then(|v| v.parse().ok()).unwrap_or(0.0);
+        let le_ns = if le == "+Inf" { u64::MAX } else { (le.parse::<f64>().unwrap_or(0.0) * 1e9) as u64 };
+        *buckets.entry(le_ns).or_default() += count;
+    }
+    let total = buckets.values().last().copied().unwrap_or(0.0);
+    let quantile = |q: f64| buckets.iter().find(|(_, c)| **c >= q * total).map(|(le, _)| *le).unwrap_or(u64::MAX);
+    let show = |ns: u64| if ns == u64::MAX { "+Inf".to_owned() } else { format!("{:?}", Duration::from_nanos(ns)) };
+    eprintln!(
+        "apiserver_admission_webhook_admission_duration_seconds for edgegate ({total} calls): median ≤ {}, p99 ≤ {} (bucket bounds)",
+        show(quantile(0.5)),
+        show(quantile(0.99))
+    );
+    assert!(total > 0.0, "the API server called the webhook");
+}
+
 fn kubectl(cp: &ControlPlane, args: &[&str]) -> std::process::Output {
-    std::process::Command::new("kubectl").arg("--kubeconfig").arg(&cp.kubeconfig).args(args).output().expect("kubectl runs")
+    std::process::Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(&cp.kubeconfig)
+        .args(args)
+        .output()
+        .expect("kubectl runs")
 }
 
 fn apply_file(cp: &ControlPlane, path: &Path) {

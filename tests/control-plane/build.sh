@@ -2,7 +2,8 @@
 # Build kube-apiserver and etcd from their Go modules (through the Go module proxy) into a cache
 # outside the repo, keyed by version, so a second run is instant.
 #
-#   tests/control-plane/build.sh        prints the directory holding kube-apiserver and etcd
+#   tests/control-plane/build.sh           prints the directory holding kube-apiserver and etcd
+#   tests/control-plane/build.sh kubectl   also builds kubectl there (for machines without one)
 #
 # Kubernetes' own module requires its staging modules at v0.0.0 and maps them to ./staging, which
 # only works inside its repository; go.mod beside this script replaces each with its published
@@ -12,19 +13,24 @@ here=$(cd "$(dirname "$0")" && pwd)
 k8s_version=$(awk '$1 == "k8s.io/kubernetes" {print $2}' "$here/go.mod")
 etcd_version=$(awk '$1 == "go.etcd.io/etcd/server/v3" {print $2}' "$here/go.mod")
 cache=${EDGEGATE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/edgegate}/control-plane/${k8s_version}-etcd-${etcd_version}
-if [[ -x $cache/kube-apiserver && -x $cache/etcd ]]; then
+want_kubectl=${1:-}
+if [[ -x $cache/kube-apiserver && -x $cache/etcd && ( -z $want_kubectl || -x $cache/kubectl ) ]]; then
   echo "$cache"
   exit 0
 fi
-mkdir -p "$cache.tmp"
+rm -rf "$cache.tmp"
+cp -a "$cache" "$cache.tmp" 2>/dev/null || mkdir -p "$cache.tmp"
 cd "$here"
 export GOFLAGS=-mod=mod
 major=${k8s_version#v}; major=${major%%.*}
 minor=$(cut -d. -f2 <<<"${k8s_version#v}")
 ldflags="-s -w -X k8s.io/component-base/version.gitVersion=${k8s_version} -X k8s.io/component-base/version.gitMajor=${major} -X k8s.io/component-base/version.gitMinor=${minor}"
 start=$(date +%s)
-go build -p 2 -trimpath -ldflags "$ldflags" -o "$cache.tmp/kube-apiserver" k8s.io/kubernetes/cmd/kube-apiserver >&2
-go build -p 2 -trimpath -ldflags "-s -w" -o "$cache.tmp/etcd" go.etcd.io/etcd/server/v3 >&2
+[[ -x $cache.tmp/kube-apiserver ]] || go build -p 2 -trimpath -ldflags "$ldflags" -o "$cache.tmp/kube-apiserver" k8s.io/kubernetes/cmd/kube-apiserver >&2
+[[ -x $cache.tmp/etcd ]] || go build -p 2 -trimpath -ldflags "-s -w" -o "$cache.tmp/etcd" go.etcd.io/etcd/server/v3 >&2
+if [[ -n $want_kubectl && ! -x $cache.tmp/kubectl ]]; then
+  go build -p 2 -trimpath -ldflags "$ldflags" -o "$cache.tmp/kubectl" k8s.io/kubernetes/cmd/kubectl >&2
+fi
 rm -rf "$cache" && mv "$cache.tmp" "$cache"
-echo "built kube-apiserver ${k8s_version} and etcd ${etcd_version} in $(( $(date +%s) - start ))s" >&2
+echo "built the control plane (kubernetes ${k8s_version}, etcd ${etcd_version}) in $(( $(date +%s) - start ))s" >&2
 echo "$cache"

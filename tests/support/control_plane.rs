@@ -43,10 +43,13 @@ fn openssl(dir: &Path, args: &[&str]) {
 
 /// Start `program` under a watchdog that ends it when this test process ends.
 pub fn spawn_guarded(program: &Path, args: &[String], log: &Path) -> Child {
+    // TERM the program, give it three seconds, then KILL it: on the test's request (SIGTERM to
+    // the watchdog), or once the test process is gone.
     let script = r#"prog="$1"; shift; "$prog" "$@" & child=$!
-trap 'kill $child 2>/dev/null; exit 0' TERM INT
+stop() { kill $child 2>/dev/null; for _ in 1 2 3 4 5 6; do kill -0 $child 2>/dev/null || exit 0; sleep 0.5; done; kill -9 $child 2>/dev/null; exit 0; }
+trap stop TERM INT
 while kill -0 "$WATCHED" 2>/dev/null && kill -0 $child 2>/dev/null; do sleep 0.3; done
-kill $child 2>/dev/null; wait $child"#;
+stop"#;
     let log = std::fs::File::create(log).expect("log file");
     Command::new("sh")
         .arg("-c")
@@ -64,7 +67,10 @@ kill $child 2>/dev/null; wait $child"#;
 impl ControlPlane {
     fn start() -> ControlPlane {
         let started = Instant::now();
-        let out = Command::new(repo().join("tests/control-plane/build.sh")).stderr(Stdio::inherit()).output().expect("build.sh runs");
+        let out = Command::new(repo().join("tests/control-plane/build.sh"))
+            .stderr(Stdio::inherit())
+            .output()
+            .expect("build.sh runs");
         assert!(out.status.success(), "building the control plane failed");
         let bin = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim().to_owned());
         let dir = std::env::temp_dir().join(format!("edgegate-cp-{}", std::process::id()));
@@ -136,18 +142,39 @@ impl ControlPlane {
         ca.extend(["-days", "2", "-subj", "/CN=edgegate-test-ca", "-keyout", "ca.key", "-out", "ca.crt"]);
         openssl(dir, &ca);
         for (name, subject, ext) in [
-            ("apiserver", "/CN=kube-apiserver", "subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\n"),
+            (
+                "apiserver",
+                "/CN=kube-apiserver",
+                "subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\n",
+            ),
             ("admin", "/O=system:masters/CN=admin", "extendedKeyUsage=clientAuth\n"),
         ] {
             let mut req = vec!["req"];
             req.extend(ec);
-            let (key, csr, crt, extfile) = (format!("{name}.key"), format!("{name}.csr"), format!("{name}.crt"), format!("{name}.ext"));
+            let (key, csr, crt, extfile) =
+                (format!("{name}.key"), format!("{name}.csr"), format!("{name}.crt"), format!("{name}.ext"));
             req.extend(["-subj", subject, "-keyout", &key, "-out", &csr]);
             openssl(dir, &req);
             std::fs::write(dir.join(&extfile), ext).expect("ext");
             openssl(
                 dir,
-                &["x509", "-req", "-in", &csr, "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial", "-days", "2", "-extfile", &extfile, "-out", &crt],
+                &[
+                    "x509",
+                    "-req",
+                    "-in",
+                    &csr,
+                    "-CA",
+                    "ca.crt",
+                    "-CAkey",
+                    "ca.key",
+                    "-CAcreateserial",
+                    "-days",
+                    "2",
+                    "-extfile",
+                    &extfile,
+                    "-out",
+                    &crt,
+                ],
             );
         }
         openssl(dir, &["genrsa", "-out", "sa.key", "2048"]);
@@ -193,10 +220,7 @@ impl ControlPlane {
     pub fn impersonating(&self, user: &str, groups: &[&str]) -> PathBuf {
         let admin = std::fs::read_to_string(&self.kubeconfig).expect("kubeconfig");
         let groups = groups.iter().map(|g| format!("\"{g}\"")).collect::<Vec<_>>().join(", ");
-        let text = admin.replace(
-            "  user:\n",
-            &format!("  user:\n    as: \"{user}\"\n    as-groups: [{groups}]\n"),
-        );
+        let text = admin.replace("  user:\n", &format!("  user:\n    as: \"{user}\"\n    as-groups: [{groups}]\n"));
         let path = self.dir.join(format!("{}.kubeconfig", user.replace(':', "-")));
         std::fs::write(&path, text).expect("kubeconfig");
         path
