@@ -12,6 +12,7 @@ pub mod crd;
 pub mod decision;
 #[doc(hidden)]
 pub mod fixtures;
+pub mod metrics;
 pub mod plan;
 pub mod rbac;
 pub mod record;

@@ -2,17 +2,12 @@
 
 use std::time::Duration;
 
-use prometheus_client::encoding::EncodeLabelSet;
+use edgegate::metrics::{ResultLabels, registered};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct ResultLabels {
-    result: &'static str,
-}
 
 pub struct Metrics {
     registry: Registry,
@@ -26,24 +21,17 @@ pub struct Metrics {
 impl Metrics {
     pub fn new() -> Self {
         let mut registry = Registry::with_prefix("edgegate");
-        let deletions = Family::<ResultLabels, Counter>::default();
-        registry.register(
+        let deletions = registered(
+            &mut registry,
             "prune_deletions",
-            "Copies deleted, by result: deleted, gone (404), changed (409: precondition failed), dry_run, error",
-            deletions.clone(),
+            "Copies deleted, by result: deleted, gone (404), changed (409), dry_run, skipped, error",
         );
         let pass_duration = Histogram::new(exponential_buckets(0.000_1, 4.0, 10));
         registry.register("prune_pass_duration_seconds", "Time to plan and carry out one pass", pass_duration.clone());
-        let leader = Gauge::default();
-        registry.register("leader", "1 while this replica holds the Lease and may delete", leader.clone());
-        let synced = Gauge::default();
-        registry.register(
-            "prune_caches_synced",
-            "1 while both the record and the copy caches are whole",
-            synced.clone(),
-        );
-        let copies = Gauge::default();
-        registry.register("prune_copies", "Copies in the cache", copies.clone());
+        let leader = registered(&mut registry, "leader", "1 while this replica holds the Lease and may delete");
+        let synced =
+            registered(&mut registry, "prune_caches_synced", "1 while both the record and the copy caches are whole");
+        let copies = registered(&mut registry, "prune_copies", "Copies in the cache");
         Metrics { registry, deletions, pass_duration, leader, synced, copies }
     }
 
@@ -66,11 +54,7 @@ impl Metrics {
     }
 
     pub fn encode(&self) -> String {
-        let mut text = String::new();
-        if let Err(e) = prometheus_client::encoding::text::encode(&mut text, &self.registry) {
-            tracing::warn!(error = %e, "encoding metrics failed");
-        }
-        text
+        edgegate::metrics::encode(&self.registry)
     }
 }
 

@@ -4,6 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use edgegate::RecordSource;
+use edgegate::metrics::{ResultLabels, registered};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -16,11 +17,6 @@ struct ReviewLabels {
     operation: &'static str,
     decision: &'static str,
     dry_run: &'static str,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct ResultLabels {
-    result: &'static str,
 }
 
 /// Every metric the webhook exports.
@@ -40,53 +36,23 @@ pub struct Metrics {
 impl Metrics {
     pub fn new() -> Self {
         let mut registry = Registry::with_prefix("edgegate");
-        let reviews = Family::<ReviewLabels, Counter>::default();
-        registry.register(
-            "admission_reviews",
-            "AdmissionReviews answered, by operation, decision and dryRun",
-            reviews.clone(),
-        );
+        let r = &mut registry;
+        let reviews =
+            registered(r, "admission_reviews", "AdmissionReviews answered, by operation, decision and dryRun");
         // 50 µs .. ~0.8 s: reviews are answered from memory, so the interesting range is small.
         let duration = Histogram::new(prometheus_client::metrics::histogram::exponential_buckets(0.000_05, 2.5, 12));
-        registry.register(
-            "admission_duration_seconds",
-            "Time to decode, judge and encode one review",
-            duration.clone(),
-        );
-        let tls_reloads = Family::<ResultLabels, Counter>::default();
-        registry.register(
-            "tls_reloads",
-            "Serving certificate reloads after a file change, by result",
-            tls_reloads.clone(),
-        );
-        let record_file_errors = Counter::default();
-        registry.register(
-            "record_file_errors",
-            "Record files that failed to parse (their last good state was kept)",
-            record_file_errors.clone(),
-        );
-        let records = Gauge::default();
-        registry.register("records", "EdgeReachability records in force (one per namespace)", records.clone());
-        let addresses = Gauge::default();
-        registry.register("record_addresses", "Valid addresses named over all records", addresses.clone());
-        let invalid_entries = Gauge::default();
-        registry.register(
-            "record_invalid_entries",
-            "Record entries that are no address, skipped for matching",
-            invalid_entries.clone(),
-        );
-        let ignored_records = Gauge::default();
-        registry.register(
-            "records_ignored",
-            "EdgeReachability objects ignored because of their name",
-            ignored_records.clone(),
-        );
-        let synced = Gauge::default();
-        registry.register(
-            "record_source_synced",
-            "1 once the record source has loaded its first complete view",
-            synced.clone(),
-        );
+        r.register("admission_duration_seconds", "Time to decode, judge and encode one review", duration.clone());
+        let tls_reloads = registered(r, "tls_reloads", "Serving certificate reloads after a file change, by result");
+        let record_file_errors =
+            registered(r, "record_file_errors", "Record files that failed to parse (their last good state was kept)");
+        let records = registered(r, "records", "EdgeReachability records in force (one per namespace)");
+        let addresses = registered(r, "record_addresses", "Valid addresses named over all records");
+        let invalid_entries =
+            registered(r, "record_invalid_entries", "Record entries that are no address, skipped for matching");
+        let ignored_records =
+            registered(r, "records_ignored", "EdgeReachability objects ignored because of their name");
+        let synced =
+            registered(r, "record_source_synced", "1 once the record source has loaded its first complete view");
         Metrics {
             registry,
             reviews,
@@ -128,11 +94,7 @@ impl Metrics {
         self.invalid_entries.set(as_i64(stats.invalid_entries));
         self.ignored_records.set(as_i64(stats.ignored_records));
         self.synced.set(i64::from(source.synced()));
-        let mut text = String::new();
-        if let Err(e) = prometheus_client::encoding::text::encode(&mut text, &self.registry) {
-            tracing::warn!(error = %e, "encoding metrics failed");
-        }
-        text
+        edgegate::metrics::encode(&self.registry)
     }
 }
 
