@@ -6,29 +6,43 @@
 pub struct Rule {
     pub group: &'static str,
     pub resource: &'static str,
+    /// Only these objects, when not empty (RBAC `resourceNames`).
+    pub names: &'static [&'static str],
     pub verbs: &'static [&'static str],
 }
 
 /// `edgegate-webhook --kubernetes`: one list and a watch of records.
-pub const WEBHOOK: &[Rule] =
-    &[Rule { group: "networking.datumapis.com", resource: "edgereachabilities", verbs: &["list", "watch"] }];
+pub const WEBHOOK: &[Rule] = &[Rule {
+    group: "networking.datumapis.com",
+    resource: "edgereachabilities",
+    names: &[],
+    verbs: &["list", "watch"],
+}];
+
+/// `edgegate-webhook --ca-bundle-for edgegate`: its one webhook configuration, read and patched.
+pub const WEBHOOK_CA_BUNDLE: Rule = Rule {
+    group: "admissionregistration.k8s.io",
+    resource: "validatingwebhookconfigurations",
+    names: &["edgegate"],
+    verbs: &["get", "patch"],
+};
 
 /// `edgegate-pruner`: records and copies listed and watched, copies deleted, an Event per deletion
 /// (kube's recorder patches a repeated event into a series), and its Lease (kube-lease-manager
 /// reads, creates, and renews it by server-side apply). Leases are namespaced; see [`PRUNER_LEASE`].
 pub const PRUNER: &[Rule] = &[
-    Rule { group: "networking.datumapis.com", resource: "edgereachabilities", verbs: &["list", "watch"] },
-    Rule { group: "discovery.k8s.io", resource: "endpointslices", verbs: &["list", "watch", "delete"] },
-    Rule { group: "events.k8s.io", resource: "events", verbs: &["create", "patch"] },
+    Rule { group: "networking.datumapis.com", resource: "edgereachabilities", names: &[], verbs: &["list", "watch"] },
+    Rule { group: "discovery.k8s.io", resource: "endpointslices", names: &[], verbs: &["list", "watch", "delete"] },
+    Rule { group: "events.k8s.io", resource: "events", names: &[], verbs: &["create", "patch"] },
 ];
 
 /// The pruner's Lease rule, granted in its own namespace only.
 pub const PRUNER_LEASE: Rule =
-    Rule { group: "coordination.k8s.io", resource: "leases", verbs: &["get", "create", "patch"] };
+    Rule { group: "coordination.k8s.io", resource: "leases", names: &[], verbs: &["get", "create", "patch"] };
 
-/// Does any of `rules` allow `verb` on `group`/`resource`?
+/// Does any of `rules` allow `verb` on `group`/`resource` (any object of it)?
 pub fn allows(rules: &[Rule], group: &str, resource: &str, verb: &str) -> bool {
-    rules.iter().any(|r| r.group == group && r.resource == resource && r.verbs.contains(&verb))
+    rules.iter().any(|r| r.group == group && r.resource == resource && r.names.is_empty() && r.verbs.contains(&verb))
 }
 
 /// A ClusterRole (or, with a namespace, a Role) granting `rules`, as YAML.
@@ -39,12 +53,12 @@ pub fn role_yaml(kind: &str, name: &str, namespace: Option<&str>, rules: &[Rule]
     }
     out.push_str("rules:\n");
     for r in rules {
-        out.push_str(&format!(
-            "  - apiGroups: [\"{}\"]\n    resources: [\"{}\"]\n    verbs: [{}]\n",
-            r.group,
-            r.resource,
-            r.verbs.iter().map(|v| format!("\"{v}\"")).collect::<Vec<_>>().join(", ")
-        ));
+        let quoted = |items: &[&str]| items.iter().map(|v| format!("\"{v}\"")).collect::<Vec<_>>().join(", ");
+        out.push_str(&format!("  - apiGroups: [\"{}\"]\n    resources: [\"{}\"]\n", r.group, r.resource));
+        if !r.names.is_empty() {
+            out.push_str(&format!("    resourceNames: [{}]\n", quoted(r.names)));
+        }
+        out.push_str(&format!("    verbs: [{}]\n", quoted(r.verbs)));
     }
     out
 }

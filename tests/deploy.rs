@@ -235,3 +235,66 @@ fn without_crd_component_leaves_the_crd_out() {
     assert_eq!(mwc["webhooks"][0]["clientConfig"]["service"]["path"], "/mutate");
     assert_eq!(mwc["webhooks"][0]["sideEffects"], "None");
 }
+
+#[test]
+fn karmada_hub_overlay_registers_the_webhook_by_url_with_exact_rbac() {
+    let objects = render(&repo().join("deploy/overlays/karmada-hub/hub"));
+    let vwc = find(&objects, "ValidatingWebhookConfiguration", "edgegate");
+    let hook = &vwc["webhooks"][0];
+    assert_eq!(hook["clientConfig"], json!({"url": "https://edgegate-webhook.edgegate-system.svc:443/validate"}));
+    assert_eq!(hook["failurePolicy"], "Fail");
+    assert!(hook["timeoutSeconds"].as_u64().is_some_and(|t| t <= 5));
+    let (key, value) = edgegate::selector::DEFAULT_COPY_SELECTOR.split_once('=').expect("k=v");
+    assert_eq!(hook["objectSelector"], json!({"matchLabels": {key: value}}));
+    assert_eq!(rules_of(find(&objects, "ClusterRole", "edgegate-webhook")), expected(WEBHOOK));
+    assert_eq!(rules_of(find(&objects, "ClusterRole", "edgegate-pruner")), expected(PRUNER));
+    assert_eq!(rules_of(find(&objects, "Role", "edgegate-pruner-lease")), expected(&[PRUNER_LEASE]));
+    let ca_role = find(&objects, "ClusterRole", "edgegate-webhook-ca-bundle");
+    let rule = edgegate::rbac::WEBHOOK_CA_BUNDLE;
+    assert_eq!(
+        ca_role["rules"],
+        json!([{"apiGroups": [rule.group], "resources": [rule.resource], "resourceNames": rule.names, "verbs": rule.verbs}])
+    );
+    assert_eq!(rule.names, [vwc["metadata"]["name"].as_str().unwrap_or_default()], "the role names this configuration");
+    find(&objects, "CustomResourceDefinition", "edgereachabilities.networking.datumapis.com");
+    assert!(!has(&objects, "Deployment"), "no Pods run on karmada-apiserver");
+}
+
+#[test]
+fn karmada_host_overlay_runs_the_binaries_against_the_hub() {
+    let objects = render(&repo().join("deploy/overlays/karmada-hub/host"));
+    assert!(
+        !has(&objects, "ClusterRole") && !has(&objects, "ValidatingWebhookConfiguration"),
+        "hub objects stay on the hub"
+    );
+    for (name, command) in [
+        ("edgegate-webhook", edgegate_webhook::args::Args::command()),
+        ("edgegate-pruner", edgegate_pruner::args::Args::command()),
+    ] {
+        let deployment = find(&objects, "Deployment", name);
+        assert_args_match(deployment, command);
+        let pod = &deployment["spec"]["template"]["spec"];
+        let args = pod["containers"][0]["args"].to_string();
+        assert!(args.contains("--kubeconfig=/etc/edgegate/hub/kubeconfig"), "{args}");
+        let mounts = pod["containers"][0]["volumeMounts"].as_array().expect("mounts");
+        let hub = mounts.iter().find(|m| m["name"] == "hub").expect("hub kubeconfig mounted");
+        assert_eq!(hub["mountPath"], "/etc/edgegate/hub");
+        let volume = pod["volumes"]
+            .as_array()
+            .expect("volumes")
+            .iter()
+            .find(|v| v["name"] == "hub")
+            .cloned()
+            .expect("hub volume");
+        assert_eq!(volume["secret"]["secretName"], format!("{name}-hub-kubeconfig"));
+        assert_eq!(pod["automountServiceAccountToken"], false);
+    }
+    let webhook_args =
+        find(&objects, "Deployment", "edgegate-webhook")["spec"]["template"]["spec"]["containers"][0]["args"]
+            .to_string();
+    assert!(webhook_args.contains("--ca-bundle-for=edgegate"), "{webhook_args}");
+    let cert = find(&objects, "Certificate", "edgegate-webhook");
+    assert!(cert["spec"]["dnsNames"].to_string().contains("edgegate-webhook.edgegate-system.svc"));
+    let service = find(&objects, "Service", "edgegate-webhook");
+    assert_eq!(service["metadata"]["namespace"], "edgegate-system");
+}

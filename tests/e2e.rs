@@ -218,7 +218,7 @@ fn counter(text: &str, series: &str) -> u64 {
 /// deploy/'s ValidatingWebhookConfiguration, pointed at a local process by url with the dev CA,
 /// and scoped to namespaces labelled `edgegate-e2e=<scope>` so other tests are not affected.
 async fn register_webhook(client: &Client, port: u16, scope: &str) {
-    let text = std::fs::read_to_string(repo().join("deploy/base/validating-webhook.yaml")).expect("vwc");
+    let text = std::fs::read_to_string(repo().join("deploy/base/admission/validating-webhook.yaml")).expect("vwc");
     let mut vwc: serde_json::Value = serde_yaml::from_str(&text).expect("vwc parses");
     let ca = std::fs::read(dev_certs().join("ca.crt")).expect("ca");
     let hook = &mut vwc["webhooks"][0];

@@ -49,6 +49,27 @@ pub struct Args {
     #[arg(long, env = "EDGEGATE_CONTEXT")]
     pub context: Option<String>,
 
+    /// Keep the caBundle of this ValidatingWebhookConfiguration (on the cluster --kubeconfig names)
+    /// equal to the CA of the served certificate, at start and around every rotation. For API
+    /// servers no CA injector watches, such as a Karmada hub's.
+    #[arg(long, env = "EDGEGATE_CA_BUNDLE_FOR", value_name = "NAME", requires = "tls_cert")]
+    pub ca_bundle_for: Option<String>,
+
+    /// The CA of the served certificate, with --ca-bundle-for. Default: ca.crt beside --tls-cert
+    /// (where cert-manager puts it).
+    #[arg(long, env = "EDGEGATE_CA_FILE")]
+    pub ca_file: Option<PathBuf>,
+
+    /// With --ca-bundle-for: how long a new CA sits in the bundle before the new leaf is served,
+    /// for the API server to take the changed configuration.
+    #[arg(long, env = "EDGEGATE_CA_BUNDLE_SETTLE", value_parser = parse_duration, default_value = "5s")]
+    pub ca_bundle_settle: Duration,
+
+    /// With --ca-bundle-for: how long the old CA stays in the bundle after a rotation, for the other
+    /// replicas to pick up the new certificate.
+    #[arg(long, env = "EDGEGATE_CA_BUNDLE_KEEP_OLD", value_parser = parse_duration, default_value = "2m")]
+    pub ca_bundle_keep_old: Duration,
+
     /// Only EdgeReachability records with this name count; others are ignored and counted.
     #[arg(long, env = "EDGEGATE_RECORD_NAME", default_value = edgegate::store::DEFAULT_RECORD_NAME)]
     pub record_name: String,

@@ -4,6 +4,7 @@
 
 pub mod admission;
 pub mod args;
+pub mod ca_bundle;
 pub mod metrics;
 pub mod run;
 pub mod server;

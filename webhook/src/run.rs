@@ -9,6 +9,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::admission::Admission;
 use crate::args::Args;
+use crate::ca_bundle::CaBundleKeeper;
 use crate::metrics::Metrics;
 use crate::tls::CertReloader;
 
@@ -30,7 +31,14 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             (cert, key)
         }
     };
-    let reloader = CertReloader::new(cert, key, Arc::clone(&metrics)).context("loading the serving certificate")?;
+    let mut reloader =
+        CertReloader::new(cert.clone(), key, Arc::clone(&metrics)).context("loading the serving certificate")?;
+    if let Some(name) = &args.ca_bundle_for {
+        let client = edgegate::cli::kube_client(args.kubeconfig.as_deref(), args.context.as_deref()).await?;
+        let keeper = CaBundleKeeper::new(client, name.clone(), args.ca_bundle_settle, args.ca_bundle_keep_old);
+        let ca_file = args.ca_file.clone().unwrap_or_else(|| cert.with_file_name("ca.crt"));
+        reloader = reloader.with_ca_bundle(ca_file, keeper)?;
+    }
     let tls = Arc::new(crate::tls::server_config(reloader.resolver())?);
     tokio::spawn(reloader.watch(shutdown.clone()));
 

@@ -15,6 +15,7 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
 use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
 
+use crate::ca_bundle::CaBundleKeeper;
 use crate::metrics::Metrics;
 
 /// Hands out whichever certificate was loaded last.
@@ -70,8 +71,40 @@ pub struct CertReloader {
     cert: PathBuf,
     key: PathBuf,
     resolver: Arc<CertResolver>,
-    stamp: Option<(Stamp, Stamp)>,
+    stamp: Option<(Stamp, Stamp, Stamp)>,
     metrics: Arc<Metrics>,
+    bundle: Option<BundleSync>,
+}
+
+/// With `--ca-bundle-for`: the CA file beside the certificate and the keeper of the bundle.
+struct BundleSync {
+    ca_file: PathBuf,
+    keeper: CaBundleKeeper,
+    /// Bumped by every rotation, so that a narrowing scheduled before it does not undo it.
+    generation: Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl BundleSync {
+    /// After `keep_old`, narrow the bundle to `ca`, unless another rotation began meanwhile.
+    fn narrow_later(&self, ca: Vec<u8>) {
+        use std::sync::atomic::Ordering;
+        let (keeper, generation) = (self.keeper.clone(), Arc::clone(&self.generation));
+        let scheduled = generation.load(Ordering::SeqCst);
+        tokio::spawn(async move {
+            tokio::time::sleep(keeper.keep_old).await;
+            if generation.load(Ordering::SeqCst) != scheduled {
+                return;
+            }
+            match keeper.only(&ca).await {
+                Ok(true) => tracing::info!("caBundle narrowed to the served certificate's CA"),
+                Ok(false) => {}
+                Err(error) => tracing::warn!(
+                    error = format!("{error:#}"),
+                    "could not narrow the caBundle; it keeps the old CA too"
+                ),
+            }
+        });
+    }
 }
 
 type Stamp = Option<(u64, SystemTime)>;
@@ -83,24 +116,63 @@ fn stamp(path: &Path) -> Stamp {
 impl CertReloader {
     /// Load the pair once (failing if it does not load) and return the reloader and its resolver.
     pub fn new(cert: PathBuf, key: PathBuf, metrics: Arc<Metrics>) -> Result<Self> {
-        let stamp = Some((stamp(&cert), stamp(&key)));
+        let stamp = Some((stamp(&cert), stamp(&key), None));
         let loaded = load_certified_key(&cert, &key)?;
         let resolver = Arc::new(CertResolver { current: ArcSwap::from_pointee(loaded) });
-        Ok(CertReloader { cert, key, resolver, stamp, metrics })
+        Ok(CertReloader { cert, key, resolver, stamp, metrics, bundle: None })
+    }
+
+    /// Keep `keeper`'s caBundle holding the CA in `ca_file` (the CA of the served certificate):
+    /// now, and around every rotation.
+    pub fn with_ca_bundle(mut self, ca_file: PathBuf, keeper: CaBundleKeeper) -> Result<Self> {
+        let ca = std::fs::read(&ca_file).with_context(|| format!("reading {}", ca_file.display()))?;
+        anyhow::ensure!(!crate::ca_bundle::pem_blocks(&ca).is_empty(), "{} holds no certificate", ca_file.display());
+        if let Some(stamp) = self.stamp.as_mut() {
+            stamp.2 = self::stamp(&ca_file);
+        }
+        let sync = BundleSync { ca_file, keeper, generation: Arc::default() };
+        let keeper = sync.keeper.clone();
+        let narrow = ca.clone();
+        tokio::spawn(async move {
+            if keeper.include_until_done(&narrow).await {
+                tracing::info!("caBundle now holds the served certificate's CA");
+            }
+        });
+        sync.narrow_later(ca);
+        self.bundle = Some(sync);
+        Ok(self)
     }
 
     pub fn resolver(&self) -> Arc<CertResolver> {
         Arc::clone(&self.resolver)
     }
 
-    /// Reload if either file changed since the last successful load.
-    pub fn reload_if_changed(&mut self) {
-        let now = Some((stamp(&self.cert), stamp(&self.key)));
+    /// Reload if any file changed since the last successful load.
+    pub async fn reload_if_changed(&mut self) {
+        let ca_stamp = self.bundle.as_ref().and_then(|b| stamp(&b.ca_file));
+        let now = Some((stamp(&self.cert), stamp(&self.key), ca_stamp));
         if now == self.stamp {
             return;
         }
         match load_certified_key(&self.cert, &self.key) {
             Ok(loaded) => {
+                if let Some(sync) = &self.bundle {
+                    // The new CA goes into the bundle, and reaches the API server, before any
+                    // client is shown a leaf from it. Until then the old leaf keeps serving.
+                    sync.generation.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    let ca = match std::fs::read(&sync.ca_file) {
+                        Ok(ca) if !crate::ca_bundle::pem_blocks(&ca).is_empty() => ca,
+                        _ => {
+                            tracing::warn!(ca = %sync.ca_file.display(), "certificate changed but its CA file is not readable yet; keeping the current one");
+                            return;
+                        }
+                    };
+                    if sync.keeper.include_until_done(&ca).await {
+                        tracing::info!(settle = ?sync.keeper.settle, "new CA added to the caBundle; waiting for the API server to take it");
+                        tokio::time::sleep(sync.keeper.settle).await;
+                    }
+                    sync.narrow_later(ca);
+                }
                 self.resolver.current.store(Arc::new(loaded));
                 self.stamp = now;
                 self.metrics.tls_reload("success");
@@ -130,7 +202,7 @@ impl CertReloader {
                 _ = changes.changed.recv() => tokio::time::sleep(Duration::from_millis(50)).await,
                 () = tokio::time::sleep(Duration::from_secs(1)) => {}
             }
-            self.reload_if_changed();
+            self.reload_if_changed().await;
         }
     }
 }

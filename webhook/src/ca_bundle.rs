@@ -1,0 +1,134 @@
+//! `--ca-bundle-for NAME`: keep the caBundle of a ValidatingWebhookConfiguration equal to the CA
+//! of the certificate this webhook serves, for API servers no CA injector watches (a Karmada
+//! hub's karmada-apiserver: cert-manager's injector only watches the cluster it runs in).
+//!
+//! A rotation must never break admissions, so the bundle changes in two steps around the swap:
+//! first the new CA is *added* and given time to reach the API server (`--ca-bundle-settle`), then
+//! the server starts presenting the new leaf, and only `--ca-bundle-keep-old` later (time for the
+//! other replicas to pick the new certificate up too) is the bundle narrowed to the new CA.
+
+use std::time::Duration;
+
+use anyhow::Context;
+use k8s_openapi::ByteString;
+use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
+use kube::Api;
+use kube::api::{Patch, PatchParams};
+
+/// The PEM certificate blocks in `pem`, whitespace-normalised so equal certificates compare equal.
+pub fn pem_blocks(pem: &[u8]) -> Vec<String> {
+    let text = String::from_utf8_lossy(pem);
+    let mut blocks = Vec::new();
+    let mut rest = text.as_ref();
+    while let Some(start) = rest.find("-----BEGIN CERTIFICATE-----") {
+        let Some(end) = rest[start..].find("-----END CERTIFICATE-----") else { break };
+        let end = start + end + "-----END CERTIFICATE-----".len();
+        let block: String =
+            rest[start..end].lines().map(str::trim).filter(|l| !l.is_empty()).collect::<Vec<_>>().join("\n");
+        blocks.push(block + "\n");
+        rest = &rest[end..];
+    }
+    blocks
+}
+
+/// Keeps one webhook configuration's caBundle in step with the served certificate's CA.
+#[derive(Clone)]
+pub struct CaBundleKeeper {
+    api: Api<ValidatingWebhookConfiguration>,
+    name: String,
+    pub settle: Duration,
+    pub keep_old: Duration,
+}
+
+impl CaBundleKeeper {
+    pub fn new(client: kube::Client, name: String, settle: Duration, keep_old: Duration) -> Self {
+        CaBundleKeeper { api: Api::all(client), name, settle, keep_old }
+    }
+
+    /// Make every webhook's bundle hold `ca` (adding it to what is there). True if anything changed.
+    pub async fn include(&self, ca: &[u8]) -> anyhow::Result<bool> {
+        let wanted = pem_blocks(ca);
+        anyhow::ensure!(!wanted.is_empty(), "the CA file holds no certificate");
+        self.rewrite(|current| {
+            let mut blocks = pem_blocks(current);
+            for block in &wanted {
+                if !blocks.contains(block) {
+                    blocks.push(block.clone());
+                }
+            }
+            blocks
+        })
+        .await
+    }
+
+    /// Make every webhook's bundle exactly `ca`. True if anything changed.
+    pub async fn only(&self, ca: &[u8]) -> anyhow::Result<bool> {
+        let wanted = pem_blocks(ca);
+        anyhow::ensure!(!wanted.is_empty(), "the CA file holds no certificate");
+        self.rewrite(|_| wanted.clone()).await
+    }
+
+    /// Read the configuration, compute each webhook's new bundle, and patch what differs, guarded
+    /// by the resourceVersion read (a concurrent writer makes the patch fail; the caller retries).
+    async fn rewrite(&self, bundle: impl Fn(&[u8]) -> Vec<String>) -> anyhow::Result<bool> {
+        let config = self
+            .api
+            .get(&self.name)
+            .await
+            .with_context(|| format!("reading ValidatingWebhookConfiguration {}", self.name))?;
+        let mut ops = vec![serde_json::json!({
+            "op": "test", "path": "/metadata/resourceVersion", "value": config.metadata.resource_version,
+        })];
+        for (i, webhook) in config.webhooks.iter().flatten().enumerate() {
+            let current = webhook.client_config.ca_bundle.as_ref().map(|b| b.0.as_slice()).unwrap_or_default();
+            let next = bundle(current).concat().into_bytes();
+            if pem_blocks(current) != pem_blocks(&next) {
+                ops.push(serde_json::json!({
+                    "op": "add", "path": format!("/webhooks/{i}/clientConfig/caBundle"), "value": ByteString(next),
+                }));
+            }
+        }
+        if ops.len() == 1 {
+            return Ok(false);
+        }
+        let patch: json_patch::Patch = serde_json::from_value(serde_json::Value::Array(ops))?;
+        self.api
+            .patch(&self.name, &PatchParams::default(), &Patch::<()>::Json(patch))
+            .await
+            .with_context(|| format!("patching the caBundle of {}", self.name))?;
+        Ok(true)
+    }
+
+    /// Retry `include` until it succeeds (the hub may be briefly unreachable).
+    pub async fn include_until_done(&self, ca: &[u8]) -> bool {
+        let mut backoff = Duration::from_millis(200);
+        loop {
+            match self.include(ca).await {
+                Ok(changed) => return changed,
+                Err(error) => {
+                    tracing::warn!(
+                        error = format!("{error:#}"),
+                        "could not add the CA to the webhook configuration; retrying"
+                    );
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_secs(10));
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pem_blocks_compare_by_content() {
+        let a = "-----BEGIN CERTIFICATE-----\nAAAA\nBBBB\n-----END CERTIFICATE-----\n";
+        let b = "  -----BEGIN CERTIFICATE-----\r\nAAAA\r\nBBBB\r\n-----END CERTIFICATE-----";
+        assert_eq!(pem_blocks(a.as_bytes()), pem_blocks(b.as_bytes()));
+        let both = format!("{a}{}", a.replace("AAAA", "CCCC"));
+        assert_eq!(pem_blocks(both.as_bytes()).len(), 2);
+        assert!(pem_blocks(b"garbage").is_empty());
+    }
+}
