@@ -561,3 +561,112 @@ fn apply_file(cp: &ControlPlane, path: &Path) {
     let out = kubectl(cp, &["apply", "-f", &path.display().to_string()]);
     assert!(out.status.success(), "applying {}: {}", path.display(), String::from_utf8_lossy(&out.stderr));
 }
+
+/// The caBundle of the webhook configuration on the hub (this API server plays karmada-apiserver).
+async fn ca_bundle(client: &Client, name: &str) -> Vec<String> {
+    let api: Api<k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration> =
+        Api::all(client.clone());
+    let config = api.get(name).await.expect("vwc");
+    let hook = config.webhooks.unwrap_or_default().into_iter().next().expect("one webhook");
+    edgegate_webhook::ca_bundle::pem_blocks(hook.client_config.ca_bundle.map(|b| b.0).unwrap_or_default().as_slice())
+}
+
+fn new_ca_dir(cp: &ControlPlane, name: &str) -> PathBuf {
+    let dir = cp.dir.join(name);
+    let out = std::process::Command::new(repo().join("certs/dev-certs.sh")).arg(&dir).output().expect("dev-certs.sh");
+    assert!(out.status.success());
+    dir
+}
+
+/// Replace `from`'s ca.crt, tls.key and tls.crt into `to`, each by rename, CA first (as a
+/// Secret volume update makes them appear together).
+fn install_certs(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).expect("mkdir");
+    for f in ["ca.crt", "tls.key", "tls.crt"] {
+        let tmp = to.join(format!(".{f}.new"));
+        std::fs::copy(from.join(f), &tmp).expect("copy");
+        std::fs::rename(&tmp, to.join(f)).expect("rename");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn karmada_hub_ca_bundle_follows_rotation_without_failed_admissions() {
+    let cp = shared();
+    let client = cp.client().await;
+    install_crd(&client).await;
+    namespace(&client, "km-a", &[("edgegate-e2e", "karmada")]).await;
+    set_record(&client, "km-a", &["fd20:0:6::1"]).await;
+
+    let (first, second, serving) = (new_ca_dir(cp, "km-ca-1"), new_ca_dir(cp, "km-ca-2"), cp.dir.join("km-serving"));
+    install_certs(&first, &serving);
+    let port = free_port();
+    // The configuration as deploy/overlays/karmada-hub/hub has it (by url), with a stale caBundle.
+    let text = std::fs::read_to_string(repo().join("deploy/base/admission/validating-webhook.yaml")).expect("vwc");
+    let mut vwc: serde_json::Value = serde_yaml::from_str(&text).expect("vwc parses");
+    let stale = std::fs::read(cp.dir.join("ca.crt")).expect("some other CA");
+    vwc["webhooks"][0]["clientConfig"] =
+        json!({"url": format!("https://127.0.0.1:{port}/validate"), "caBundle": base64(&stale)});
+    vwc["webhooks"][0]["namespaceSelector"]["matchLabels"] = json!({"edgegate-e2e": "karmada"});
+    let api: Api<k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration> =
+        Api::all(client.clone());
+    api.create(&PostParams::default(), &serde_json::from_value(vwc).expect("vwc type")).await.expect("create vwc");
+
+    let log = cp.dir.join("karmada-webhook.log");
+    let args = [
+        "--kubernetes".to_owned(),
+        format!("--kubeconfig={}", cp.kubeconfig.display()),
+        format!("--listen=127.0.0.1:{port}"),
+        format!("--tls-cert={}", serving.join("tls.crt").display()),
+        format!("--tls-key={}", serving.join("tls.key").display()),
+        "--ca-bundle-for=edgegate".to_owned(),
+        "--ca-bundle-settle=2s".to_owned(),
+        "--ca-bundle-keep-old=3s".to_owned(),
+    ];
+    let webhook = Process { child: spawn_guarded(&binary("edgegate-webhook"), &args, &log), port, log };
+    let first_ca = edgegate_webhook::ca_bundle::pem_blocks(&std::fs::read(first.join("ca.crt")).expect("ca"));
+    eventually(Duration::from_secs(30), "caBundle brought into step", async || {
+        ca_bundle(&client, "edgegate").await == first_ca
+    })
+    .await;
+    // A copy is now judged through the API server.
+    eventually(Duration::from_secs(30), "webhook judging", async || {
+        create(&client, "km-a", &slice("karmada", "marker", true, &["fd20:0:6::9"]), true).await.is_err()
+    })
+    .await;
+
+    // Rotate to a leaf from a new CA while copies keep being admitted.
+    let load_client = client.clone();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let stop_load = std::sync::Arc::clone(&stop);
+    let load = tokio::spawn(async move {
+        let (mut ok, mut failed) = (0u32, Vec::new());
+        while !stop_load.load(std::sync::atomic::Ordering::Relaxed) {
+            match create(&load_client, "km-a", &slice("karmada", "served", true, &["fd20:0:6::1"]), true).await {
+                Ok(()) => ok += 1,
+                Err(e) => failed.push(e),
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        (ok, failed)
+    });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    install_certs(&second, &serving);
+    let second_ca = edgegate_webhook::ca_bundle::pem_blocks(&std::fs::read(second.join("ca.crt")).expect("ca"));
+    eventually(Duration::from_secs(30), "bundle ends holding only the new CA", async || {
+        ca_bundle(&client, "edgegate").await == second_ca
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let (ok, failed) = load.await.expect("load");
+    assert!(
+        failed.is_empty(),
+        "{} of {} admissions failed during rotation: {:?}\n{}",
+        failed.len(),
+        ok as usize + failed.len(),
+        failed.first(),
+        webhook.log()
+    );
+    assert!(ok > 20, "admissions kept flowing ({ok})");
+    eprintln!("karmada rotation: {ok} admissions, 0 failed");
+}
