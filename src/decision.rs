@@ -43,13 +43,19 @@ pub struct Denial<'a> {
     pub addresses: Vec<&'a str>,
 }
 
+/// How many addresses a denial message lists; the API server shows it to a person.
+const MESSAGE_ADDRESSES: usize = 10;
+
 impl Denial<'_> {
     pub fn message(&self) -> String {
+        let shown = &self.addresses[..self.addresses.len().min(MESSAGE_ADDRESSES)];
+        let more = self.addresses.len() - shown.len();
+        let more = if more > 0 { format!(", and {more} more") } else { String::new() };
         format!(
-            "EndpointSlice {ns}/{name} is not carried: EdgeReachability in {ns} names none of its addresses ({addrs})",
+            "EndpointSlice {ns}/{name} is not carried: EdgeReachability in {ns} names none of its addresses ({addrs}{more})",
             ns = self.namespace,
             name = self.name,
-            addrs = self.addresses.join(", "),
+            addrs = shown.join(", "),
         )
     }
 }
@@ -176,6 +182,18 @@ mod tests {
             denial.message(),
             "EndpointSlice proj-a/web-7f9c is not carried: EdgeReachability in proj-a names none of its addresses (fd00:10::9, fd00:10::a)"
         );
+    }
+
+    #[test]
+    fn long_denials_list_ten_addresses() {
+        let many: Vec<String> = (0..25).map(|i| format!("fd00::{i:x}")).collect();
+        let slice = copy("p", "big", &many.iter().map(String::as_str).collect::<Vec<_>>());
+        let empty = present(&[]);
+        let Decision::Deny(denial) = decide(&empty, &slice, &CopySelector::default()) else { panic!("denied") };
+        assert_eq!(denial.addresses.len(), 25);
+        assert!(denial.message().ends_with(
+            "(fd00::0, fd00::1, fd00::2, fd00::3, fd00::4, fd00::5, fd00::6, fd00::7, fd00::8, fd00::9, and 15 more)"
+        ));
     }
 
     #[test]

@@ -6,8 +6,7 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
-use axum::extract::{DefaultBodyLimit, State};
+use axum::extract::{DefaultBodyLimit, Request, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -21,8 +20,11 @@ use tokio_util::sync::CancellationToken;
 
 use crate::admission::{Admission, Endpoint};
 
-/// A TLS handshake that has not finished by then is dropped (slow or idle clients).
+/// A TLS handshake, a request's headers or a request's body that has not arrived by then is
+/// dropped: a slow or stalled client (slowloris) holds a connection for at most this long.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
+const BODY_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The routes served over TLS: admission plus the probes and metrics.
 pub fn routes(admission: Arc<Admission>, max_body_bytes: usize, serve_ceiling: bool) -> Router {
@@ -31,11 +33,17 @@ pub fn routes(admission: Arc<Admission>, max_body_bytes: usize, serve_ceiling: b
         router = router.route("/ceiling", post(ceiling));
     }
     router
-        .layer(DefaultBodyLimit::max(max_body_bytes))
+        .layer(axum::Extension(BodyLimit(max_body_bytes)))
+        // The handlers read the body themselves, under BodyLimit and BODY_TIMEOUT.
+        .layer(DefaultBodyLimit::disable())
         .merge(admin_routes(Arc::clone(&admission)))
         .with_state(admission)
         .fallback(not_found)
 }
+
+/// `--max-body-bytes`.
+#[derive(Clone, Copy)]
+struct BodyLimit(usize);
 
 /// Probes and metrics only, for the optional plain-HTTP admin listener.
 pub fn admin_routes(admission: Arc<Admission>) -> Router<Arc<Admission>> {
@@ -46,37 +54,78 @@ pub fn admin_routes(admission: Arc<Admission>) -> Router<Arc<Admission>> {
         .with_state(admission)
 }
 
-async fn validate(
-    State(a): State<Arc<Admission>>,
-    headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
-) -> Response {
-    answer(&a, &headers, body, Endpoint::Validate)
+async fn validate(State(a): State<Arc<Admission>>, limit: axum::Extension<BodyLimit>, request: Request) -> Response {
+    answer(&a, limit.0, request, Endpoint::Validate).await
 }
 
-async fn mutate(State(a): State<Arc<Admission>>, headers: HeaderMap, body: Result<Bytes, BytesRejection>) -> Response {
-    answer(&a, &headers, body, Endpoint::Mutate)
+async fn mutate(State(a): State<Arc<Admission>>, limit: axum::Extension<BodyLimit>, request: Request) -> Response {
+    answer(&a, limit.0, request, Endpoint::Mutate).await
 }
 
-fn answer(
-    admission: &Admission,
-    headers: &HeaderMap,
-    body: Result<Bytes, BytesRejection>,
-    endpoint: Endpoint,
-) -> Response {
+/// Refuse what is not a plain JSON body before reading it (a status and why).
+fn check_headers(headers: &HeaderMap) -> Result<(), (StatusCode, String)> {
     if let Some(content_type) = headers.get(header::CONTENT_TYPE) {
         let is_json =
             content_type.to_str().is_ok_and(|ct| ct.trim_start().to_ascii_lowercase().starts_with("application/json"));
         if !is_json {
-            return error(
+            return Err((
                 StatusCode::UNSUPPORTED_MEDIA_TYPE,
                 "send the AdmissionReview as Content-Type: application/json".to_owned(),
-            );
+            ));
         }
     }
-    let body = match body {
+    if let Some(encoding) = headers.get(header::CONTENT_ENCODING)
+        && !encoding.to_str().is_ok_and(|e| e.trim().eq_ignore_ascii_case("identity"))
+    {
+        return Err((
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            format!("Content-Encoding {encoding:?} is not accepted; send the AdmissionReview uncompressed"),
+        ));
+    }
+    Ok(())
+}
+
+/// The body, at most `limit` bytes (413 beyond), within BODY_TIMEOUT (408 after). A body
+/// announced larger than `limit` is refused before it is read; one that grows past it is drained
+/// (up to DRAIN_LIMIT more) so that the client reads the 413 instead of a reset connection.
+async fn read_body(headers: &HeaderMap, body: axum::body::Body, limit: usize) -> Result<Bytes, Response> {
+    use http_body_util::BodyExt;
+    const DRAIN_LIMIT: usize = 64 * 1024 * 1024;
+    let too_large = || error(StatusCode::PAYLOAD_TOO_LARGE, format!("body over {limit} bytes (--max-body-bytes)"));
+    let announced =
+        headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
+    if announced.is_some_and(|n| n > limit as u64) {
+        return Err(too_large());
+    }
+    let read = async move {
+        let mut body = body;
+        let (mut kept, mut seen) = (Vec::new(), 0usize);
+        while let Some(frame) = body.frame().await {
+            let frame = frame.map_err(|e| error(StatusCode::BAD_REQUEST, format!("reading the body failed: {e}")))?;
+            let Ok(data) = frame.into_data() else { continue };
+            seen = seen.saturating_add(data.len());
+            if seen <= limit {
+                kept.extend_from_slice(&data);
+            } else if seen > limit.saturating_add(DRAIN_LIMIT) {
+                break;
+            }
+        }
+        if seen > limit { Err(too_large()) } else { Ok(Bytes::from(kept)) }
+    };
+    match tokio::time::timeout(BODY_TIMEOUT, read).await {
+        Ok(result) => result,
+        Err(_) => Err(error(StatusCode::REQUEST_TIMEOUT, format!("body not received within {BODY_TIMEOUT:?}"))),
+    }
+}
+
+async fn answer(admission: &Admission, limit: BodyLimit, request: Request, endpoint: Endpoint) -> Response {
+    let (parts, body) = request.into_parts();
+    if let Err((status, why)) = check_headers(&parts.headers) {
+        return error(status, why);
+    }
+    let body = match read_body(&parts.headers, body, limit.0).await {
         Ok(body) => body,
-        Err(rejection) => return error(rejection.status(), rejection.body_text()),
+        Err(refusal) => return refusal,
     };
     match admission.review(&body, endpoint) {
         Ok(review) => match serde_json::to_vec(&review) {
@@ -149,7 +198,8 @@ pub async fn serve_tls(
         };
         let acceptor = acceptor.clone();
         let service = TowerToHyperService::new(app.clone());
-        let builder = builder.clone();
+        let mut builder = builder.clone();
+        builder.http1().timer(hyper_util::rt::TokioTimer::new()).header_read_timeout(HEADER_TIMEOUT);
         let watcher = graceful.watcher();
         tokio::spawn(async move {
             let tls = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
