@@ -6,7 +6,8 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
 
 use crate::record::{Record, RecordState};
 
@@ -45,6 +46,10 @@ pub struct RecordStore {
     records: RwLock<HashMap<String, Arc<Record>>>,
     synced: AtomicBool,
     ignored: AtomicU64,
+    /// Since when the source behind a synced view has been broken (a watch that failed and has
+    /// not been listed again), and for how long such a view may still answer.
+    stale_since: Mutex<Option<Instant>>,
+    max_staleness: Option<Duration>,
 }
 
 impl RecordStore {
@@ -54,7 +59,28 @@ impl RecordStore {
             records: RwLock::new(HashMap::new()),
             synced: AtomicBool::new(false),
             ignored: AtomicU64::new(0),
+            stale_since: Mutex::new(None),
+            max_staleness: None,
         }
+    }
+
+    /// Let a view whose source broke keep answering for at most `bound`; after that lookups
+    /// answer `Unavailable` and the store reports itself unsynced, until a new complete view.
+    pub fn with_max_staleness(mut self, bound: Duration) -> Self {
+        self.max_staleness = Some(bound);
+        self
+    }
+
+    /// The source broke; the view is stale from now until the next [`replace_all`](Self::replace_all).
+    pub fn mark_stale(&self) {
+        self.stale_since.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get_or_insert_with(Instant::now);
+    }
+
+    /// How long the view has been stale beyond its bound, if it has.
+    fn over_staleness(&self) -> Option<Duration> {
+        let since = (*self.stale_since.lock().unwrap_or_else(std::sync::PoisonError::into_inner))?;
+        let bound = self.max_staleness?;
+        (since.elapsed() > bound).then(|| since.elapsed())
     }
 
     /// The only record name this store indexes.
@@ -65,6 +91,7 @@ impl RecordStore {
     /// Replace everything with a complete view and mark the store synced.
     pub fn replace_all(&self, records: HashMap<String, Arc<Record>>, ignored: u64) {
         *self.write() = records;
+        *self.stale_since.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = None;
         self.ignored.store(ignored, Ordering::Relaxed);
         self.synced.store(true, Ordering::Release);
     }
@@ -105,6 +132,12 @@ impl RecordSource for RecordStore {
         if !self.synced.load(Ordering::Acquire) {
             return RecordState::Unavailable("the record source has not synced yet".to_owned());
         }
+        if let Some(stale) = self.over_staleness() {
+            return RecordState::Unavailable(format!(
+                "the record watch has been broken for {}s, longer than --max-staleness",
+                stale.as_secs()
+            ));
+        }
         match self.read().get(namespace) {
             Some(record) => RecordState::Present(Arc::clone(record)),
             None => RecordState::Absent,
@@ -112,7 +145,7 @@ impl RecordSource for RecordStore {
     }
 
     fn synced(&self) -> bool {
-        self.synced.load(Ordering::Acquire)
+        self.synced.load(Ordering::Acquire) && self.over_staleness().is_none()
     }
 
     fn namespaces(&self) -> Vec<String> {
@@ -133,6 +166,23 @@ impl RecordSource for RecordStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Both sides of `--max-staleness`: within it a broken source's last view answers; beyond it,
+    /// nothing does, until the source lists again.
+    #[test]
+    fn a_stale_view_answers_only_within_its_bound() {
+        let store = RecordStore::new(DEFAULT_RECORD_NAME).with_max_staleness(Duration::from_millis(100));
+        store.replace_all(HashMap::from([("ns".to_owned(), Arc::new(Record::from_entries(["fd00::1"])))]), 0);
+        store.mark_stale();
+        assert!(matches!(store.lookup("ns"), RecordState::Present(_)), "within the bound: last synced view");
+        assert!(store.synced());
+        std::thread::sleep(Duration::from_millis(150));
+        assert!(matches!(store.lookup("ns"), RecordState::Unavailable(m) if m.contains("--max-staleness")));
+        assert!(matches!(store.lookup("elsewhere"), RecordState::Unavailable(_)), "no record is not claimed either");
+        assert!(!store.synced(), "not ready beyond the bound");
+        store.replace_all(HashMap::new(), 0);
+        assert!(store.synced() && matches!(store.lookup("ns"), RecordState::Absent), "listed again: fresh");
+    }
 
     #[test]
     fn unsynced_store_is_unavailable_not_absent() {

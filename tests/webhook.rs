@@ -373,3 +373,61 @@ fn patch_bytes(patch: &Value) -> Vec<u8> {
         other => panic!("patch is not a byte array: {other}"),
     }
 }
+
+/// SIGTERM while a request is in flight: the listener closes at once, the request the server
+/// accepted still gets its answer, and the process exits within the grace period.
+#[test]
+fn sigterm_mid_request_answers_what_was_accepted() {
+    use std::io::{BufRead, BufReader, Write};
+    let mut webhook = Webhook::start(Options {
+        records: Some(vec![("r.yaml", record(NS, "default", &[ADDRESS]))]),
+        extra_args: vec!["--shutdown-grace".into(), "5s".into()],
+        ..Options::default()
+    });
+    // A client that sends half a review, waits for "go" on stdin, sends the rest, prints the answer.
+    let client = r#"
+import socket, ssl, sys
+body = open(sys.argv[3], "rb").read()
+ctx = ssl.create_default_context(cafile=sys.argv[2])
+s = ctx.wrap_socket(socket.create_connection(("127.0.0.1", int(sys.argv[1]))), server_hostname="localhost")
+head = b"POST /validate HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(body)
+s.sendall(head + body[: len(body) // 2])
+print("sent half", flush=True)
+sys.stdin.readline()
+s.sendall(body[len(body) // 2 :])
+got = b""
+while b"\r\n\r\n" not in got or not got.rstrip().endswith(b"}"):
+    chunk = s.recv(65536)
+    if not chunk:
+        break
+    got += chunk
+print(got.split(b"\r\n")[0].decode(), flush=True)
+print("allowed" if b'"allowed":true' in got else "not allowed", flush=True)
+"#;
+    let mut python = std::process::Command::new("python3")
+        .args(["-c", client, &webhook.port.to_string()])
+        .arg(&webhook.ca)
+        .arg(fixture("copy-create.json"))
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("python3");
+    let mut lines = BufReader::new(python.stdout.take().expect("stdout")).lines();
+    assert_eq!(lines.next().and_then(Result::ok).as_deref(), Some("sent half"));
+    webhook.sigterm();
+    let started = std::time::Instant::now();
+    // The listener closes at once: a new connection is refused while the old request is open.
+    webhook.wait_until(Duration::from_secs(2), || webhook.get("/healthz").0 == 0);
+    python.stdin.as_mut().expect("stdin").write_all(b"go\n").expect("go");
+    assert_eq!(lines.next().and_then(Result::ok).as_deref(), Some("HTTP/1.1 200 OK"), "{}", webhook.log());
+    assert_eq!(lines.next().and_then(Result::ok).as_deref(), Some("allowed"));
+    let _ = python.wait();
+    let status = loop {
+        if let Some(status) = webhook.child.try_wait().expect("wait") {
+            break status;
+        }
+        assert!(started.elapsed() < Duration::from_secs(6), "exits within --shutdown-grace");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(status.success(), "{status:?}");
+}

@@ -136,6 +136,7 @@ impl WatchSink<EdgeReachability> for StoreWriter {
         match self.on_error {
             OnWatchError::KeepServing => {
                 tracing::warn!(%error, "EdgeReachability watch failed; serving the last synced records while it lists again");
+                self.store.mark_stale();
             }
             OnWatchError::Unsync => {
                 tracing::warn!(%error, "EdgeReachability watch failed; records unavailable until listed again");

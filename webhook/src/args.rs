@@ -41,6 +41,12 @@ pub struct Args {
     #[arg(long, env = "EDGEGATE_KUBERNETES")]
     pub kubernetes: bool,
 
+    /// With --kubernetes: while the record watch is broken, keep answering from the last synced
+    /// records for at most this long; after it, refuse to judge copies (503) and report not ready
+    /// until the records are listed again.
+    #[arg(long, env = "EDGEGATE_MAX_STALENESS", value_parser = parse_duration, default_value = "5m")]
+    pub max_staleness: Duration,
+
     /// Kubeconfig for the hub, with --kubernetes. Without it: in-cluster config, then ~/.kube/config.
     #[arg(long, env = "EDGEGATE_KUBECONFIG")]
     pub kubeconfig: Option<PathBuf>,

@@ -19,7 +19,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         .map_err(|_| anyhow::anyhow!("a rustls crypto provider was already installed"))?;
     let shutdown = CancellationToken::new();
     let metrics = Arc::new(Metrics::new());
-    let store = Arc::new(RecordStore::new(args.record_name.clone()));
+    let store = Arc::new(RecordStore::new(args.record_name.clone()).with_max_staleness(args.max_staleness));
     start_record_source(&args, Arc::clone(&store), Arc::clone(&metrics), shutdown.clone()).await?;
 
     let (cert, key) = match (&args.tls_cert, &args.tls_key) {
