@@ -12,6 +12,8 @@ pub mod crd;
 pub mod decision;
 #[doc(hidden)]
 pub mod fixtures;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod metrics;
 pub mod plan;
 pub mod rbac;

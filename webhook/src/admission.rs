@@ -228,3 +228,27 @@ fn operation_label(operation: &Operation) -> &'static str {
         Operation::Connect => "CONNECT",
     }
 }
+
+/// Fuzz entry: any bytes to /validate and /mutate under an empty record for every namespace. Must
+/// not panic; every answer must encode.
+#[doc(hidden)]
+pub fn fuzz_review(data: &[u8]) {
+    use std::sync::{Arc, OnceLock};
+    static ADMISSION: OnceLock<Admission> = OnceLock::new();
+    let admission = ADMISSION.get_or_init(|| {
+        let store = Arc::new(edgegate::RecordStore::new("default"));
+        store.replace_all(Default::default(), 0);
+        store.upsert("ns-3f6c1a52-9e0b-4c1d-8a77-0b5e2d9c4f10", edgegate::Record::from_entries(["fd20:0:2::1:0:1"]));
+        Admission {
+            source: store,
+            selector: CopySelector::default(),
+            mode: Mode::Deny,
+            metrics: Arc::new(Metrics::new()),
+        }
+    });
+    for endpoint in [Endpoint::Validate, Endpoint::Mutate] {
+        if let Ok(review) = admission.review(data, endpoint) {
+            assert!(serde_json::to_vec(&review).is_ok());
+        }
+    }
+}
