@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Certificate rotation under load (loopback, bounded): wrk keeps 64 keep-alive connections busy on
+# /validate for SECONDS (default 10); a third of the way in, the certificate files are replaced by
+# a leaf from a new CA. Reports wrk's errors (must be 0) and how long until a new connection is
+# shown the new leaf (must be under 1 s). Needs wrk and openssl.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+secs=${1:-10}
+cargo build -q --release -p edgegate-webhook
+work=$(mktemp -d)
+trap 'kill $pid 2>/dev/null || true; rm -rf "$work"' EXIT
+certs/dev-certs.sh "$work/old" >/dev/null
+certs/dev-certs.sh "$work/new" >/dev/null
+mkdir -p "$work/serving" "$work/records"
+cp "$work/old/tls.crt" "$work/old/tls.key" "$work/serving/"
+cp examples/records/edgereachability.yaml "$work/records/"
+port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+RUST_LOG=warn,rustls=error target/release/edgegate-webhook --listen "127.0.0.1:$port" \
+  --tls-cert "$work/serving/tls.crt" --tls-key "$work/serving/tls.key" --records-dir "$work/records" >/dev/null &
+pid=$!
+for _ in $(seq 100); do curl -sf --cacert "$work/old/ca.crt" "https://localhost:$port/readyz" >/dev/null && break; sleep 0.1; done
+issuer() { openssl s_client -connect "127.0.0.1:$port" -servername localhost </dev/null 2>/dev/null | openssl x509 -noout -issuer; }
+want=$(openssl x509 -noout -issuer -in "$work/new/tls.crt")
+wrk -t2 -c64 -d"${secs}s" -s scripts/load.lua "https://127.0.0.1:$port/validate" >"$work/wrk.txt" 2>&1 &
+wrk_pid=$!
+sleep "$(python3 -c "print($secs / 3)")"
+start=$(date +%s.%N)
+for f in tls.key tls.crt; do cp "$work/new/$f" "$work/serving/$f.new" && mv "$work/serving/$f.new" "$work/serving/$f"; done
+until [ "$(issuer)" = "$want" ]; do sleep 0.02; done
+took=$(python3 -c "print(f'{$(date +%s.%N) - $start:.2f}')")
+wait "$wrk_pid"
+grep RESULT "$work/wrk.txt"
+grep -E 'Socket errors|Non-2xx' "$work/wrk.txt" || echo "no socket errors, no non-2xx responses"
+echo "new leaf served to new connections after ${took}s"
