@@ -4,6 +4,7 @@
 //!
 //! Every process runs under a watchdog shell that kills it once the test process is gone, so
 //! nothing outlives a test run, even one that panicked or was killed.
+#![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -14,7 +15,24 @@ pub struct ControlPlane {
     pub dir: PathBuf,
     pub kubeconfig: PathBuf,
     pub server: String,
-    _processes: Vec<Child>,
+    bin: PathBuf,
+    /// etcd and kube-apiserver: (binary name, arguments, running watchdog).
+    processes: std::sync::Mutex<Vec<(&'static str, Vec<String>, Child)>>,
+}
+
+impl Drop for ControlPlane {
+    fn drop(&mut self) {
+        let processes = self.processes.get_mut().map(std::mem::take).unwrap_or_default();
+        for (_, _, mut child) in processes.into_iter().rev() {
+            stop(&mut child);
+        }
+    }
+}
+
+/// Stop a watchdog and its program (TERM, then KILL after three seconds) and wait for it.
+fn stop(child: &mut Child) {
+    let _ = Command::new("kill").arg("-TERM").arg(child.id().to_string()).status();
+    let _ = child.wait();
 }
 
 static SHARED: OnceLock<ControlPlane> = OnceLock::new();
@@ -65,6 +83,24 @@ stop"#;
 }
 
 impl ControlPlane {
+    /// A control plane of the caller's own, stopped when dropped (for tests that restart parts).
+    pub fn own() -> ControlPlane {
+        ControlPlane::start()
+    }
+
+    /// Stop `name` (`etcd` or `kube-apiserver`), keep it down for `down`, start it again with the
+    /// same flags and data, and wait until the API server answers again.
+    pub fn restart(&self, name: &str, down: Duration) {
+        {
+            let mut processes = self.processes.lock().expect("processes");
+            let entry = processes.iter_mut().find(|(n, _, _)| *n == name).expect("known process");
+            stop(&mut entry.2);
+            std::thread::sleep(down);
+            entry.2 = spawn_guarded(&self.bin.join(name), &entry.1, &self.dir.join(format!("{name}.log")));
+        }
+        self.wait_ready(Duration::from_secs(60));
+    }
+
     fn start() -> ControlPlane {
         let started = Instant::now();
         let out = Command::new(repo().join("tests/control-plane/build.sh"))
@@ -73,48 +109,44 @@ impl ControlPlane {
             .expect("build.sh runs");
         assert!(out.status.success(), "building the control plane failed");
         let bin = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim().to_owned());
-        let dir = std::env::temp_dir().join(format!("edgegate-cp-{}", std::process::id()));
+        static STARTED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let n = STARTED.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let dir = std::env::temp_dir().join(format!("edgegate-cp-{}-{n}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(dir.join("etcd")).expect("mkdir");
         Self::make_certs(&dir);
 
         let (peer, client, secure) = (free_port(), free_port(), free_port());
-        let etcd = spawn_guarded(
-            &bin.join("etcd"),
-            &[
-                format!("--data-dir={}", dir.join("etcd").display()),
-                format!("--listen-peer-urls=http://127.0.0.1:{peer}"),
-                format!("--initial-advertise-peer-urls=http://127.0.0.1:{peer}"),
-                format!("--initial-cluster=default=http://127.0.0.1:{peer}"),
-                format!("--listen-client-urls=http://127.0.0.1:{client}"),
-                format!("--advertise-client-urls=http://127.0.0.1:{client}"),
-                "--unsafe-no-fsync=true".into(),
-                "--log-level=warn".into(),
-            ],
-            &dir.join("etcd.log"),
-        );
+        let etcd_args: Vec<String> = vec![
+            format!("--data-dir={}", dir.join("etcd").display()),
+            format!("--listen-peer-urls=http://127.0.0.1:{peer}"),
+            format!("--initial-advertise-peer-urls=http://127.0.0.1:{peer}"),
+            format!("--initial-cluster=default=http://127.0.0.1:{peer}"),
+            format!("--listen-client-urls=http://127.0.0.1:{client}"),
+            format!("--advertise-client-urls=http://127.0.0.1:{client}"),
+            "--unsafe-no-fsync=true".into(),
+            "--log-level=warn".into(),
+        ];
+        let etcd = spawn_guarded(&bin.join("etcd"), &etcd_args, &dir.join("etcd.log"));
         let d = |f: &str| dir.join(f).display().to_string();
-        let apiserver = spawn_guarded(
-            &bin.join("kube-apiserver"),
-            &[
-                format!("--etcd-servers=http://127.0.0.1:{client}"),
-                format!("--secure-port={secure}"),
-                "--bind-address=127.0.0.1".into(),
-                format!("--cert-dir={}", d("apiserver-certs")),
-                format!("--tls-cert-file={}", d("apiserver.crt")),
-                format!("--tls-private-key-file={}", d("apiserver.key")),
-                format!("--client-ca-file={}", d("ca.crt")),
-                "--service-cluster-ip-range=10.0.0.0/24".into(),
-                "--allow-privileged=true".into(),
-                "--disable-admission-plugins=ServiceAccount".into(),
-                "--authorization-mode=RBAC".into(),
-                format!("--service-account-issuer=https://127.0.0.1:{secure}/"),
-                format!("--service-account-key-file={}", d("sa.pub")),
-                format!("--service-account-signing-key-file={}", d("sa.key")),
-                "--v=1".into(),
-            ],
-            &dir.join("kube-apiserver.log"),
-        );
+        let apiserver_args: Vec<String> = vec![
+            format!("--etcd-servers=http://127.0.0.1:{client}"),
+            format!("--secure-port={secure}"),
+            "--bind-address=127.0.0.1".into(),
+            format!("--cert-dir={}", d("apiserver-certs")),
+            format!("--tls-cert-file={}", d("apiserver.crt")),
+            format!("--tls-private-key-file={}", d("apiserver.key")),
+            format!("--client-ca-file={}", d("ca.crt")),
+            "--service-cluster-ip-range=10.0.0.0/24".into(),
+            "--allow-privileged=true".into(),
+            "--disable-admission-plugins=ServiceAccount".into(),
+            "--authorization-mode=RBAC".into(),
+            format!("--service-account-issuer=https://127.0.0.1:{secure}/"),
+            format!("--service-account-key-file={}", d("sa.pub")),
+            format!("--service-account-signing-key-file={}", d("sa.key")),
+            "--v=1".into(),
+        ];
+        let apiserver = spawn_guarded(&bin.join("kube-apiserver"), &apiserver_args, &dir.join("kube-apiserver.log"));
         let server = format!("https://127.0.0.1:{secure}");
         let kubeconfig = dir.join("admin.kubeconfig");
         std::fs::write(
@@ -129,7 +161,8 @@ impl ControlPlane {
             ),
         )
         .expect("kubeconfig");
-        let plane = ControlPlane { dir, kubeconfig, server, _processes: vec![etcd, apiserver] };
+        let processes = vec![("etcd", etcd_args, etcd), ("kube-apiserver", apiserver_args, apiserver)];
+        let plane = ControlPlane { dir, kubeconfig, server, bin, processes: std::sync::Mutex::new(processes) };
         plane.wait_ready(Duration::from_secs(90));
         eprintln!("control plane ready in {:?} at {}", started.elapsed(), plane.server);
         plane

@@ -1,0 +1,244 @@
+//! Helpers of the end-to-end suites (tests/e2e.rs, tests/faults.rs).
+#![allow(dead_code, unused_imports)]
+
+pub use std::path::{Path, PathBuf};
+pub use std::process::Child;
+pub use std::time::{Duration, Instant};
+
+pub use crate::control_plane::{ControlPlane, shared, spawn_guarded};
+pub use k8s_openapi::api::core::v1::Namespace;
+pub use k8s_openapi::api::discovery::v1::{Endpoint, EndpointSlice};
+pub use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+pub use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+pub use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+pub use kube::{Api, Client};
+pub use serde_json::json;
+
+pub const COPY_LABEL: &str = "networking.datumapis.com/vpc-endpointslice-projection";
+
+pub fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+pub fn binary(name: &str) -> PathBuf {
+    let dir = Path::new(env!("CARGO_BIN_EXE_edgegate-pruner")).parent().expect("target dir").to_owned();
+    let path = dir.join(name);
+    assert!(path.exists(), "{} is not built: run the README's test command (cargo test --workspace)", path.display());
+    path
+}
+
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("free port")
+}
+
+pub async fn install_crd(client: &Client) {
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let crd = edgegate::crd::crd();
+    match crds.create(&PostParams::default(), &crd).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(s)) if s.code == 409 => {}
+        Err(e) => panic!("creating the CRD: {e}"),
+    }
+    let start = Instant::now();
+    loop {
+        let got = crds.get("edgereachabilities.networking.datumapis.com").await.expect("crd");
+        let established = got
+            .status
+            .and_then(|s| s.conditions)
+            .is_some_and(|c| c.iter().any(|c| c.type_ == "Established" && c.status == "True"));
+        if established {
+            return;
+        }
+        assert!(start.elapsed() < Duration::from_secs(30), "CRD not established");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+pub async fn namespace(client: &Client, name: &str, labels: &[(&str, &str)]) {
+    let api: Api<Namespace> = Api::all(client.clone());
+    let ns = Namespace {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            labels: Some(labels.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect()),
+            ..ObjectMeta::default()
+        },
+        ..Namespace::default()
+    };
+    match api.create(&PostParams::default(), &ns).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(s)) if s.code == 409 => {}
+        Err(e) => panic!("creating namespace {name}: {e}"),
+    }
+}
+
+/// An EndpointSlice, a copy if `copy`. Every slice carries `edgegate-e2e: <test>` so that each
+/// test's pruners (cluster-wide, selecting by that label too) judge only that test's copies.
+pub fn slice(test: &str, name: &str, copy: bool, addresses: &[&str]) -> EndpointSlice {
+    let mut labels = std::collections::BTreeMap::from([("edgegate-e2e".to_owned(), test.to_owned())]);
+    if copy {
+        labels.insert(COPY_LABEL.to_owned(), "true".to_owned());
+    }
+    EndpointSlice {
+        metadata: ObjectMeta { name: Some(name.into()), labels: Some(labels), ..ObjectMeta::default() },
+        address_type: "IPv6".into(),
+        endpoints: Some(
+            addresses.iter().map(|a| Endpoint { addresses: vec![(*a).to_owned()], ..Endpoint::default() }).collect(),
+        ),
+        ports: None,
+    }
+}
+
+/// Write (create or replace) the namespace's `default` record by server-side apply.
+pub async fn set_record(client: &Client, ns: &str, addresses: &[&str]) {
+    let api: Api<edgegate::EdgeReachability> = Api::namespaced(client.clone(), ns);
+    let record = json!({
+        "apiVersion": "networking.datumapis.com/v1alpha", "kind": "EdgeReachability",
+        "metadata": {"name": "default", "namespace": ns}, "spec": {"addresses": addresses},
+    });
+    api.patch("default", &PatchParams::apply("edgegate-e2e").force(), &Patch::Apply(&record))
+        .await
+        .expect("apply record");
+}
+
+pub async fn delete_record(client: &Client, ns: &str) {
+    let api: Api<edgegate::EdgeReachability> = Api::namespaced(client.clone(), ns);
+    api.delete("default", &DeleteParams::default()).await.expect("delete record");
+}
+
+/// Create a slice; `Err` carries the API server's message.
+pub async fn create(client: &Client, ns: &str, s: &EndpointSlice, dry_run: bool) -> Result<(), String> {
+    let api: Api<EndpointSlice> = Api::namespaced(client.clone(), ns);
+    let params = PostParams { dry_run, ..PostParams::default() };
+    api.create(&params, s).await.map(|_| ()).map_err(|e| e.to_string())
+}
+
+pub async fn exists(client: &Client, ns: &str, name: &str) -> bool {
+    let api: Api<EndpointSlice> = Api::namespaced(client.clone(), ns);
+    api.get_opt(name).await.expect("get").is_some()
+}
+
+pub async fn eventually(limit: Duration, what: &str, mut check: impl AsyncFnMut() -> bool) -> Duration {
+    let start = Instant::now();
+    while !check().await {
+        assert!(start.elapsed() < limit, "{what}: not within {limit:?}");
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    start.elapsed()
+}
+
+/// A running binary, killed when dropped.
+pub struct Process {
+    pub child: Child,
+    pub port: u16,
+    pub log: PathBuf,
+}
+
+impl Process {
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        // SIGTERM to the watchdog, which stops the binary and waits for it; SIGKILL would leave
+        // the binary running behind it.
+        let _ = std::process::Command::new("kill").arg("-TERM").arg(self.child.id().to_string()).status();
+        let _ = self.child.wait();
+    }
+}
+
+pub fn dev_certs() -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("edgegate-e2e-certs-{}", std::process::id()));
+    if !dir.join("tls.crt").exists() {
+        let out =
+            std::process::Command::new(repo().join("certs/dev-certs.sh")).arg(&dir).output().expect("dev-certs.sh");
+        assert!(out.status.success());
+    }
+    dir
+}
+
+pub fn start_webhook(cp: &ControlPlane, kubeconfig: &Path) -> Process {
+    let certs = dev_certs();
+    let port = free_port();
+    let log = cp.dir.join(format!("webhook-{port}.log"));
+    let args = [
+        "--kubernetes".to_owned(),
+        format!("--kubeconfig={}", kubeconfig.display()),
+        format!("--listen=127.0.0.1:{port}"),
+        format!("--tls-cert={}", certs.join("tls.crt").display()),
+        format!("--tls-key={}", certs.join("tls.key").display()),
+        "--shutdown-grace=1s".to_owned(),
+    ];
+    let child = spawn_guarded(&binary("edgegate-webhook"), &args, &log);
+    Process { child, port, log }
+}
+
+/// A pruner judging only the copies of `test`.
+pub fn start_pruner(cp: &ControlPlane, test: &str, kubeconfig: &Path, extra: &[&str]) -> Process {
+    let port = free_port();
+    let log = cp.dir.join(format!("pruner-{port}.log"));
+    let mut args = vec![
+        format!("--kubeconfig={}", kubeconfig.display()),
+        format!("--listen=127.0.0.1:{port}"),
+        format!("--copy-selector={COPY_LABEL}=true,edgegate-e2e={test}"),
+    ];
+    args.extend(extra.iter().map(|s| (*s).to_owned()));
+    let child = spawn_guarded(&binary("edgegate-pruner"), &args, &log);
+    Process { child, port, log }
+}
+
+pub fn http_status(url: &str, ca: Option<&Path>) -> u16 {
+    let mut cmd = std::process::Command::new("curl");
+    cmd.args(["-s", "-o", "/dev/null", "-w", "%{http_code}", "--max-time", "2"]);
+    if let Some(ca) = ca {
+        cmd.arg("--cacert").arg(ca);
+    }
+    let out = cmd.arg(url).output().expect("curl");
+    String::from_utf8_lossy(&out.stdout).trim().parse().unwrap_or(0)
+}
+
+pub fn metrics(p: &Process) -> String {
+    let out = std::process::Command::new("curl")
+        .args(["-s", &format!("http://127.0.0.1:{}/metrics", p.port)])
+        .output()
+        .expect("curl");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+pub fn counter(text: &str, series: &str) -> u64 {
+    text.lines().find_map(|l| l.strip_prefix(series).map(|v| v.trim().parse().unwrap_or(0))).unwrap_or(0)
+}
+
+/// deploy/'s ValidatingWebhookConfiguration, pointed at a local process by url with the dev CA,
+/// and scoped to namespaces labelled `edgegate-e2e=<scope>` so other tests are not affected.
+pub async fn register_webhook(client: &Client, port: u16, scope: &str) {
+    let text = std::fs::read_to_string(repo().join("deploy/base/admission/validating-webhook.yaml")).expect("vwc");
+    let mut vwc: serde_json::Value = serde_yaml::from_str(&text).expect("vwc parses");
+    let ca = std::fs::read(dev_certs().join("ca.crt")).expect("ca");
+    let hook = &mut vwc["webhooks"][0];
+    hook["clientConfig"] = json!({"url": format!("https://127.0.0.1:{port}/validate"), "caBundle": base64(&ca)});
+    hook["namespaceSelector"]["matchLabels"] = json!({"edgegate-e2e": scope});
+    vwc["metadata"]["name"] = json!(format!("edgegate-{scope}"));
+    let api: Api<k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration> =
+        Api::all(client.clone());
+    let vwc = serde_json::from_value(vwc).expect("vwc type");
+    api.create(&PostParams::default(), &vwc).await.expect("create vwc");
+}
+
+pub fn base64(bytes: &[u8]) -> String {
+    const A: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::new();
+    for chunk in bytes.chunks(3) {
+        let b = [chunk[0], *chunk.get(1).unwrap_or(&0), *chunk.get(2).unwrap_or(&0)];
+        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(A[((n >> (18 - 6 * i)) & 63) as usize] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
