@@ -177,6 +177,8 @@ impl Pruner {
         let mut tick = tokio::time::interval(resync);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut leader = self.leader.clone();
+        // Closed when leadership can no longer change (no election): the last value stands.
+        let mut leader_open = true;
         loop {
             let scope = tokio::select! {
                 () = shutdown.cancelled() => return,
@@ -186,9 +188,12 @@ impl Pruner {
                     Some(Change::All) => Scope::All,
                     None => return,
                 },
-                changed = leader.changed() => match changed {
+                changed = leader.changed(), if leader_open => match changed {
                     Ok(()) => Scope::All,
-                    Err(_) => return,
+                    Err(_) => {
+                        leader_open = false;
+                        continue;
+                    }
                 },
             };
             tokio::select! {

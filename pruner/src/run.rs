@@ -100,8 +100,7 @@ pub fn start_watches(
 async fn elect(client: &Client, args: &Args, identity: &str) -> anyhow::Result<watch::Receiver<bool>> {
     if args.no_leader_election {
         tracing::warn!("leader election is off: run exactly one replica");
-        let (tx, rx) = watch::channel(true);
-        std::mem::forget(tx); // keep the channel open: leadership never changes
+        let (_, rx) = watch::channel(true);
         return Ok(rx);
     }
     let duration = args.lease_duration.as_secs().max(3);
