@@ -368,6 +368,8 @@ async fn karmada_hub_ca_bundle_follows_rotation_without_failed_admissions() {
     vwc["webhooks"][0]["clientConfig"] =
         json!({"url": format!("https://127.0.0.1:{port}/validate"), "caBundle": base64(&stale)});
     vwc["webhooks"][0]["namespaceSelector"]["matchLabels"] = json!({"edgegate-e2e": "karmada"});
+    // Its own name: the overlay dry-run test applies deploy/'s `edgegate` to the same API server.
+    vwc["metadata"]["name"] = json!("edgegate-karmada");
     let api: Api<k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration> =
         Api::all(client.clone());
     api.create(&PostParams::default(), &serde_json::from_value(vwc).expect("vwc type")).await.expect("create vwc");
@@ -379,14 +381,14 @@ async fn karmada_hub_ca_bundle_follows_rotation_without_failed_admissions() {
         format!("--listen=127.0.0.1:{port}"),
         format!("--tls-cert={}", serving.join("tls.crt").display()),
         format!("--tls-key={}", serving.join("tls.key").display()),
-        "--ca-bundle-for=edgegate".to_owned(),
+        "--ca-bundle-for=edgegate-karmada".to_owned(),
         "--ca-bundle-settle=2s".to_owned(),
         "--ca-bundle-keep-old=3s".to_owned(),
     ];
     let webhook = Process { child: spawn_guarded(&binary("edgegate-webhook"), &args, &log), port, log };
     let first_ca = edgegate_webhook::ca_bundle::pem_blocks(&std::fs::read(first.join("ca.crt")).expect("ca"));
     eventually(Duration::from_secs(30), "caBundle brought into step", async || {
-        ca_bundle(&client, "edgegate").await == first_ca
+        ca_bundle(&client, "edgegate-karmada").await == first_ca
     })
     .await;
     // A copy is now judged through the API server.
@@ -414,7 +416,7 @@ async fn karmada_hub_ca_bundle_follows_rotation_without_failed_admissions() {
     install_certs(&second, &serving);
     let second_ca = edgegate_webhook::ca_bundle::pem_blocks(&std::fs::read(second.join("ca.crt")).expect("ca"));
     eventually(Duration::from_secs(30), "bundle ends holding only the new CA", async || {
-        ca_bundle(&client, "edgegate").await == second_ca
+        ca_bundle(&client, "edgegate-karmada").await == second_ca
     })
     .await;
     tokio::time::sleep(Duration::from_millis(500)).await;
