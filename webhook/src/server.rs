@@ -85,16 +85,16 @@ fn check_headers(headers: &HeaderMap) -> Result<(), (StatusCode, String)> {
     Ok(())
 }
 
-/// The body, at most `limit` bytes (413 beyond), within BODY_TIMEOUT (408 after). A body
-/// announced larger than `limit` is refused before it is read; one that grows past it is drained
-/// (up to DRAIN_LIMIT more) so that the client reads the 413 instead of a reset connection.
+/// The body, at most `limit` bytes (413 beyond), within BODY_TIMEOUT (408 after). A body over
+/// `limit` is read and dropped up to DRAIN_LIMIT more, so that the client reads the 413 rather than
+/// a reset stream; one announced larger than that is refused without reading any of it.
 async fn read_body(headers: &HeaderMap, body: axum::body::Body, limit: usize) -> Result<Bytes, Response> {
     use http_body_util::BodyExt;
     const DRAIN_LIMIT: usize = 64 * 1024 * 1024;
     let too_large = || error(StatusCode::PAYLOAD_TOO_LARGE, format!("body over {limit} bytes (--max-body-bytes)"));
     let announced =
         headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
-    if announced.is_some_and(|n| n > limit as u64) {
+    if announced.is_some_and(|n| n > limit.saturating_add(DRAIN_LIMIT) as u64) {
         return Err(too_large());
     }
     let read = async move {
@@ -121,6 +121,9 @@ async fn read_body(headers: &HeaderMap, body: axum::body::Body, limit: usize) ->
 async fn answer(admission: &Admission, limit: BodyLimit, request: Request, endpoint: Endpoint) -> Response {
     let (parts, body) = request.into_parts();
     if let Err((status, why)) = check_headers(&parts.headers) {
+        // Read (and drop) the body first, within the same bounds: answering before it is read
+        // resets the unread stream on HTTP/2, and the client would see a framing error, not why.
+        let _ = read_body(&parts.headers, body, limit.0).await;
         return error(status, why);
     }
     let body = match read_body(&parts.headers, body, limit.0).await {
@@ -151,7 +154,10 @@ async fn ceiling(_body: Bytes) -> Response {
     ([(header::CONTENT_TYPE, "application/json")], ALLOW).into_response()
 }
 
-async fn not_found() -> Response {
+async fn not_found(request: Request) -> Response {
+    // Drain a small body first, for the reason given in `answer`.
+    let (parts, body) = request.into_parts();
+    let _ = read_body(&parts.headers, body, 64 * 1024).await;
     error(
         StatusCode::NOT_FOUND,
         "no such endpoint; POST /validate or /mutate, GET /healthz, /readyz or /metrics".to_owned(),
