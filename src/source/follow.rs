@@ -27,7 +27,7 @@ pub trait WatchSink<K> {
 
 const FIRST_BACKOFF: Duration = Duration::from_millis(500);
 /// Short enough that an index is whole again within seconds of the API server coming back.
-const MAX_BACKOFF: Duration = Duration::from_secs(4);
+const MAX_BACKOFF: Duration = Duration::from_secs(2);
 
 /// Feed `sink` from `api` until the task is dropped.
 pub async fn follow<K, S>(api: Api<K>, config: watcher::Config, sink: &mut S)
