@@ -1,6 +1,7 @@
 //! Filesystem change notifications for the file record source and the certificate reloader.
 
 use std::path::Path;
+use std::time::SystemTime;
 
 use notify::{EventKind, RecommendedWatcher, RecursiveMode, Watcher};
 use tokio::sync::mpsc;
@@ -36,5 +37,20 @@ impl DirChanges {
 impl Default for DirChanges {
     fn default() -> Self {
         Self::new()
+    }
+}
+
+/// What a file looked like when last read (length and modification time), to tell whether it
+/// changed since without reading it again.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FileStamp {
+    len: u64,
+    modified: Option<SystemTime>,
+}
+
+impl FileStamp {
+    /// The stamp of `path` now, following links; `None` if it cannot be read.
+    pub fn of(path: &Path) -> Option<FileStamp> {
+        std::fs::metadata(path).ok().map(|m| FileStamp { len: m.len(), modified: m.modified().ok() })
     }
 }

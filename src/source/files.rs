@@ -10,7 +10,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::Deserialize;
@@ -18,6 +18,7 @@ use serde::Deserialize;
 use crate::crd::{EdgeReachability, EdgeReachabilitySpec};
 use crate::record::Record;
 use crate::store::RecordStore;
+use crate::watch::FileStamp;
 
 const API_VERSION: &str = "networking.datumapis.com/v1alpha";
 const BACKSTOP_RESCAN: Duration = Duration::from_secs(1);
@@ -145,13 +146,6 @@ fn parse_json(path: &Path, text: &str) -> Result<Vec<(usize, Document)>, FileErr
     })
 }
 
-/// What a rescan saw of one file, to skip re-reading files that did not change.
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct FileStamp {
-    len: u64,
-    modified: Option<SystemTime>,
-}
-
 #[derive(Debug)]
 struct LoadedFile {
     stamp: Option<FileStamp>,
@@ -212,7 +206,7 @@ impl FileSource {
 
     /// Re-read one file if its stamp changed or its last read failed. True if its records changed.
     fn reload(&mut self, path: &Path, errors: &mut Vec<FileError>) -> bool {
-        let stamp = std::fs::metadata(path).ok().map(|m| FileStamp { len: m.len(), modified: m.modified().ok() });
+        let stamp = FileStamp::of(path);
         let loaded =
             self.files.entry(path.to_owned()).or_insert(LoadedFile { stamp: None, records: Vec::new(), error: None });
         if loaded.error.is_none() && loaded.stamp.is_some() && loaded.stamp == stamp {

@@ -125,11 +125,7 @@ impl Admission {
     fn refuse(&self, allow: AdmissionResponse, message: String, code: u16, reason: &str) -> AdmissionResponse {
         match self.mode {
             Mode::Warn => warn(allow, message),
-            Mode::Deny => {
-                let mut denied = allow.deny(message);
-                denied.result = Status { code, reason: reason.to_owned(), ..denied.result };
-                denied
-            }
+            Mode::Deny => denied(allow, message, code, reason),
         }
     }
 }
@@ -141,8 +137,13 @@ fn warn(mut response: AdmissionResponse, message: String) -> AdmissionResponse {
 
 /// The request is an AdmissionReview, but its object cannot be judged: refused with 400.
 fn invalid<T: kube::Resource>(request: &AdmissionRequest<T>, message: String) -> AdmissionResponse {
-    let mut denied = AdmissionResponse::from(request).deny(message);
-    denied.result = Status { code: 400, reason: "BadRequest".to_owned(), ..denied.result };
+    denied(AdmissionResponse::from(request), message, 400, "BadRequest")
+}
+
+/// `response` refused with `message` and this HTTP-style status code and reason.
+fn denied(response: AdmissionResponse, message: String, code: u16, reason: &str) -> AdmissionResponse {
+    let mut denied = response.deny(message);
+    denied.result = Status { code, reason: reason.to_owned(), ..denied.result };
     denied
 }
 

@@ -55,7 +55,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     tracing::info!(listen = %local, mode = ?args.mode, selector = %args.copy_selector, "serving");
 
     if let Some(admin) = args.admin_listen {
-        let app = crate::server::admin_routes(Arc::clone(&admission)).with_state(Arc::clone(&admission));
+        let app = crate::server::admin_routes().with_state(Arc::clone(&admission));
         let token = shutdown.clone();
         tokio::spawn(async move {
             if let Err(e) = crate::server::serve_admin(admin, app, token).await {

@@ -36,7 +36,7 @@ pub fn routes(admission: Arc<Admission>, max_body_bytes: usize, serve_ceiling: b
         .layer(axum::Extension(BodyLimit(max_body_bytes)))
         // The handlers read the body themselves, under BodyLimit and BODY_TIMEOUT.
         .layer(DefaultBodyLimit::disable())
-        .merge(admin_routes(Arc::clone(&admission)))
+        .merge(admin_routes())
         .with_state(admission)
         .fallback(not_found)
 }
@@ -46,12 +46,11 @@ pub fn routes(admission: Arc<Admission>, max_body_bytes: usize, serve_ceiling: b
 struct BodyLimit(usize);
 
 /// Probes and metrics only, for the optional plain-HTTP admin listener.
-pub fn admin_routes(admission: Arc<Admission>) -> Router<Arc<Admission>> {
+pub fn admin_routes() -> Router<Arc<Admission>> {
     Router::new()
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
-        .with_state(admission)
 }
 
 async fn validate(State(a): State<Arc<Admission>>, limit: axum::Extension<BodyLimit>, request: Request) -> Response {
@@ -149,7 +148,11 @@ fn error(status: StatusCode, message: String) -> Response {
 }
 
 /// A fixed allow for a fixed uid: the server's ceiling with the review path taken out.
-async fn ceiling(_body: Bytes) -> Response {
+async fn ceiling(limit: axum::Extension<BodyLimit>, request: Request) -> Response {
+    let (parts, body) = request.into_parts();
+    if let Err(refusal) = read_body(&parts.headers, body, limit.0.0).await {
+        return refusal;
+    }
     const ALLOW: &str = r#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","response":{"uid":"ceiling","allowed":true,"status":{}}}"#;
     ([(header::CONTENT_TYPE, "application/json")], ALLOW).into_response()
 }

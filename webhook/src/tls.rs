@@ -15,6 +15,8 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
 use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
 
+use edgegate::watch::FileStamp;
+
 use crate::ca_bundle::CaBundleKeeper;
 use crate::metrics::Metrics;
 
@@ -107,16 +109,12 @@ impl BundleSync {
     }
 }
 
-type Stamp = Option<(u64, SystemTime)>;
-
-fn stamp(path: &Path) -> Stamp {
-    std::fs::metadata(path).ok().and_then(|m| Some((m.len(), m.modified().ok()?)))
-}
+type Stamp = Option<FileStamp>;
 
 impl CertReloader {
     /// Load the pair once (failing if it does not load) and return the reloader and its resolver.
     pub fn new(cert: PathBuf, key: PathBuf, metrics: Arc<Metrics>) -> Result<Self> {
-        let stamp = Some((stamp(&cert), stamp(&key), None));
+        let stamp = Some((FileStamp::of(&cert), FileStamp::of(&key), None));
         let loaded = load_certified_key(&cert, &key)?;
         let resolver = Arc::new(CertResolver { current: ArcSwap::from_pointee(loaded) });
         Ok(CertReloader { cert, key, resolver, stamp, metrics, bundle: None })
@@ -128,7 +126,7 @@ impl CertReloader {
         let ca = std::fs::read(&ca_file).with_context(|| format!("reading {}", ca_file.display()))?;
         anyhow::ensure!(!crate::ca_bundle::pem_blocks(&ca).is_empty(), "{} holds no certificate", ca_file.display());
         if let Some(stamp) = self.stamp.as_mut() {
-            stamp.2 = self::stamp(&ca_file);
+            stamp.2 = FileStamp::of(&ca_file);
         }
         let sync = BundleSync { ca_file, keeper, generation: Arc::default() };
         let keeper = sync.keeper.clone();
@@ -149,8 +147,8 @@ impl CertReloader {
 
     /// Reload if any file changed since the last successful load.
     pub async fn reload_if_changed(&mut self) {
-        let ca_stamp = self.bundle.as_ref().and_then(|b| stamp(&b.ca_file));
-        let now = Some((stamp(&self.cert), stamp(&self.key), ca_stamp));
+        let ca_stamp = self.bundle.as_ref().and_then(|b| FileStamp::of(&b.ca_file));
+        let now = Some((FileStamp::of(&self.cert), FileStamp::of(&self.key), ca_stamp));
         if now == self.stamp {
             return;
         }
