@@ -3,7 +3,7 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 
-use crate::address::{Address, AddressError};
+use crate::address::{Address, AddressError, ip_key, parse_hex_ipv6};
 
 type FastSet<T> = HashSet<T, foldhash::fast::RandomState>;
 
@@ -14,7 +14,11 @@ type FastSet<T> = HashSet<T, foldhash::fast::RandomState>;
 /// can never turn into a withdrawal.
 #[derive(Clone, Debug, Default)]
 pub struct Record {
-    addresses: FastSet<Address>,
+    /// IP addresses by their matching key (IPv4 in its mapped form): a slice address is one parse
+    /// and one lookup of a 128-bit word.
+    ips: FastSet<u128>,
+    /// DNS names, lower-cased, without the trailing dot.
+    names: FastSet<Box<str>>,
     invalid: Vec<InvalidEntry>,
 }
 
@@ -30,31 +34,41 @@ impl Record {
         let mut record = Record::default();
         for entry in entries {
             match entry.parse::<Address>() {
-                Ok(address) => {
-                    record.addresses.insert(address);
+                Ok(Address::Ip(ip)) => {
+                    record.ips.insert(ip_key(ip));
+                }
+                Ok(Address::Fqdn(name)) => {
+                    record.names.insert(name);
                 }
                 Err(error) => record.invalid.push(InvalidEntry { entry: entry.to_owned(), error }),
             }
         }
-        record.addresses.shrink_to_fit();
+        record.ips.shrink_to_fit();
+        record.names.shrink_to_fit();
         record
     }
 
     /// Does the record name this slice address (as written in the slice)?
     pub fn names(&self, slice_address: &str) -> bool {
+        // The common case, a plain-hex IPv6 address, skips building an `Address`. A string that
+        // parses is never spelled like an invalid entry, so only the fallback consults those.
+        if let Some(bits) = parse_hex_ipv6(slice_address.as_bytes()) {
+            return self.ips.contains(&bits);
+        }
         match slice_address.parse::<Address>() {
-            Ok(address) => self.addresses.contains(&address),
+            Ok(Address::Ip(ip)) => self.ips.contains(&ip_key(ip)),
+            Ok(Address::Fqdn(name)) => self.names.contains(&name),
             Err(_) => self.invalid.iter().any(|i| i.entry == slice_address),
         }
     }
 
     /// How many distinct valid addresses the record names.
     pub fn len(&self) -> usize {
-        self.addresses.len()
+        self.ips.len() + self.names.len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.addresses.is_empty() && self.invalid.is_empty()
+        self.len() == 0 && self.invalid.is_empty()
     }
 
     /// Entries skipped for matching because they are no address.
@@ -66,7 +80,8 @@ impl Record {
     /// files), since every doubt resolves toward keeping what is published.
     pub fn union(&self, other: &Record) -> Record {
         let mut merged = self.clone();
-        merged.addresses.extend(other.addresses.iter().cloned());
+        merged.ips.extend(other.ips.iter().copied());
+        merged.names.extend(other.names.iter().cloned());
         merged.invalid.extend(other.invalid.iter().cloned());
         merged
     }
