@@ -18,6 +18,36 @@ use tokio_util::sync::CancellationToken;
 
 use crate::metrics::Metrics;
 
+/// Deletions (each a DELETE and its Event) a pass has in flight at once.
+const IN_FLIGHT: usize = 8;
+
+/// Hands out start times for deletions, at least `pace` apart.
+struct Pacer {
+    pace: Duration,
+    next: std::sync::Mutex<Option<Instant>>,
+}
+
+impl Pacer {
+    fn new(pace: Duration) -> Self {
+        Pacer { pace, next: std::sync::Mutex::new(None) }
+    }
+
+    /// Wait until this caller's turn: the first at once, each later one `pace` after the last.
+    async fn turn(&self) {
+        if self.pace.is_zero() {
+            return;
+        }
+        let at = {
+            let mut next = self.next.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            let now = Instant::now();
+            let at = next.map_or(now, |next| next.max(now));
+            *next = Some(at + self.pace);
+            at
+        };
+        tokio::time::sleep_until(at.into()).await;
+    }
+}
+
 /// Everything a pass needs.
 pub struct Pruner {
     pub client: Client,
@@ -66,8 +96,13 @@ impl Pruner {
         *self.leader.borrow() && self.records.synced() && self.copies.synced()
     }
 
-    /// One pass over `scope`. Returns how each planned deletion ended.
+    /// One pass over `scope`. Returns how each planned deletion ended, in plan order.
+    ///
+    /// Deletions start at the pace (`--max-deletes-per-second`) and up to [`IN_FLIGHT`] run at
+    /// once, so the rate a pass reaches is the pace, not one API round trip (delete and event)
+    /// after another.
     pub async fn pass(&self, scope: &Scope) -> Vec<Outcome> {
+        use futures::StreamExt;
         let started = Instant::now();
         self.metrics.set_state(*self.leader.borrow(), self.records.synced() && self.copies.synced(), self.copies.len());
         if !self.may_delete() {
@@ -75,41 +110,49 @@ impl Pruner {
             return Vec::new();
         }
         let planned = plan(self.records.as_ref(), &self.copies, &self.selector, scope);
-        let mut outcomes = Vec::with_capacity(planned.len());
-        let mut last = None::<Instant>;
-        for planned in &planned {
-            if let Some(last) = last {
-                tokio::time::sleep(self.pace.saturating_sub(last.elapsed())).await;
-            }
-            let outcome = self.carry_out(planned).await;
-            if outcome != Outcome::Skipped && outcome != Outcome::DryRun {
-                last = Some(Instant::now());
-            }
-            self.metrics.deletion(outcome.label());
-            outcomes.push(outcome);
-        }
+        let pacer = Pacer::new(self.pace);
+        let pacer = &pacer;
+        let outcomes = futures::stream::iter(planned)
+            .map(|planned| async move {
+                let outcome = self.carry_out(&planned, pacer).await;
+                self.metrics.deletion(outcome.label());
+                outcome
+            })
+            .buffered(IN_FLIGHT)
+            .collect()
+            .await;
         self.metrics.pass(started.elapsed());
         outcomes
     }
 
-    /// Judge the copy again as it is now, then delete it with preconditions.
-    async fn carry_out(&self, planned: &Deletion) -> Outcome {
-        // A pass may be paced over minutes: the lease, the caches and the record may all have
-        // changed since it was planned. Only the copy as it is now, under the record as it is now,
-        // may be deleted.
+    /// The planned deletion as it stands now, if it still stands: the lease, the caches and the
+    /// record may all have changed since the pass was planned, and only the copy as it is now,
+    /// under the record as it is now, may be deleted.
+    fn judge_again(&self, planned: &Deletion) -> Option<Deletion> {
         if !self.may_delete() {
-            return Outcome::Skipped;
+            return None;
         }
-        let Some(current) = self.copies.get(&planned.namespace, &planned.name) else { return Outcome::Skipped };
-        let Some(now) = deletion(&self.records.lookup(&planned.namespace), &current, &self.selector) else {
+        let current = self.copies.get(&planned.namespace, &planned.name)?;
+        let now = deletion(&self.records.lookup(&planned.namespace), &current, &self.selector);
+        if now.is_none() {
             tracing::info!(namespace = %planned.namespace, name = %planned.name, "copy is served again; kept");
-            return Outcome::Skipped;
-        };
-        let (ns, name, addresses) = (&now.namespace, &now.name, &now.addresses);
+        }
+        now
+    }
+
+    /// Judge the copy again as it is now, wait for its turn, judge once more, then delete it
+    /// with preconditions.
+    async fn carry_out(&self, planned: &Deletion, pacer: &Pacer) -> Outcome {
+        let Some(now) = self.judge_again(planned) else { return Outcome::Skipped };
         if self.dry_run {
+            let (ns, name, addresses) = (&now.namespace, &now.name, &now.addresses);
             tracing::info!(namespace = %ns, name = %name, ?addresses, "dry run: would delete copy the record no longer names");
             return Outcome::DryRun;
         }
+        pacer.turn().await;
+        // The turn may have been a long wait.
+        let Some(now) = self.judge_again(&now) else { return Outcome::Skipped };
+        let (ns, name, addresses) = (&now.namespace, &now.name, &now.addresses);
         let params = DeleteParams {
             preconditions: Some(Preconditions { uid: now.uid.clone(), resource_version: now.resource_version.clone() }),
             ..DeleteParams::default()
