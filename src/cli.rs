@@ -47,7 +47,23 @@ pub async fn kube_client(kubeconfig: Option<&Path>, context: Option<&str>) -> an
         }
         None => kube::Config::infer().await?,
     };
-    Ok(kube::Client::try_from(config)?)
+    Ok(kube::Client::try_from(with_timeouts(config))?)
+}
+
+/// How long a connection to the hub may stay silent while a response is owed before the request
+/// fails. Longer than a watch lasts ([`crate::source::follow::WATCH_TIMEOUT_SECS`]), so a quiet
+/// healthy watch never meets it; short enough that a hub cut off without a reset (a dropped link,
+/// a partition) is noticed within seconds rather than the minutes TCP takes, and that a request
+/// stuck on such a connection gives way to a new one soon after the link heals.
+pub const API_READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(15);
+const API_CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
+fn with_timeouts(mut config: kube::Config) -> kube::Config {
+    config.read_timeout = Some(API_READ_TIMEOUT);
+    // Count from when a request is written, not from when its pooled connection went idle.
+    config.reset_reader_on_write = true;
+    config.connect_timeout = Some(API_CONNECT_TIMEOUT);
+    config
 }
 
 /// Returns on SIGTERM or Ctrl-C.

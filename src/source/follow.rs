@@ -25,11 +25,17 @@ pub trait WatchSink<K> {
     fn failed(&mut self, error: &watcher::Error);
 }
 
+/// How long one watch request lasts before the API server ends it and the watcher starts the
+/// next one from where it was (no re-list). Shorter than the client's read timeout
+/// ([`crate::cli::API_READ_TIMEOUT`]), so only a dead connection is ever timed out.
+pub const WATCH_TIMEOUT_SECS: u32 = 10;
+
 const FIRST_BACKOFF: Duration = Duration::from_millis(500);
 /// Short enough that an index is whole again within seconds of the API server coming back.
 const MAX_BACKOFF: Duration = Duration::from_secs(2);
 
-/// Feed `sink` from `api` until the task is dropped.
+/// Feed `sink` from `api` until the task is dropped. Each watch request lasts
+/// [`WATCH_TIMEOUT_SECS`], whatever `config` says.
 pub async fn follow<K, S>(api: Api<K>, config: watcher::Config, sink: &mut S)
 where
     K: kube::Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + 'static,
@@ -37,6 +43,7 @@ where
     S: WatchSink<K>,
 {
     let mut backoff = FIRST_BACKOFF;
+    let config = config.timeout(WATCH_TIMEOUT_SECS);
     loop {
         let events = watcher(api.clone(), config.clone());
         futures::pin_mut!(events);
