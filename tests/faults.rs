@@ -13,6 +13,15 @@ use helpers::*;
 
 const COPIES: usize = 2000;
 
+/// How many EndpointSlices `ns` holds (`usize::MAX` when the API server does not answer): a page
+/// of one item and the API server's count of the rest, since listing all 2,000 copies every 250 ms
+/// would load the API server as much as the withdrawal does.
+async fn copies_in(client: &Client, ns: &str) -> usize {
+    let api: Api<EndpointSlice> = Api::namespaced(client.clone(), ns);
+    let page = api.list(&kube::api::ListParams::default().limit(1)).await;
+    page.map(|l| l.items.len() + l.metadata.remaining_item_count.unwrap_or(0) as usize).unwrap_or(usize::MAX)
+}
+
 /// The two faults run one after the other: each starts a control plane of its own.
 static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
@@ -59,13 +68,7 @@ async fn withdrawal_survives(fault: &'static str) {
         http_status(&format!("http://127.0.0.1:{}/readyz", pruner.port), None) == 200
     })
     .await;
-    // A page of one item and the API server's count of the rest: listing all 2,000 copies every
-    // 250 ms would load the API server as much as the withdrawal does.
-    let count = async |ns: &str| {
-        let api: Api<EndpointSlice> = Api::namespaced(client.clone(), ns);
-        let page = api.list(&kube::api::ListParams::default().limit(1)).await;
-        page.map(|l| l.items.len() + l.metadata.remaining_item_count.unwrap_or(0) as usize).unwrap_or(usize::MAX)
-    };
+    let count = async |ns: &str| copies_in(&client, ns).await;
 
     let wait_count = async |what: &str, done: &dyn Fn(usize) -> bool| {
         let start = std::time::Instant::now();
@@ -248,10 +251,7 @@ async fn pruner_cut_off_from_the_api_server() {
     let readyz = format!("http://127.0.0.1:{port}/readyz");
     let ready = async |want: u16| netns.http_status(&readyz) == want;
     eventually(Duration::from_secs(60), "pruner ready in the namespace", async || ready(200).await).await;
-    let count = async |ns: &str| {
-        let api: Api<EndpointSlice> = Api::namespaced(client.clone(), ns);
-        api.list(&Default::default()).await.map(|l| l.items.len()).unwrap_or(usize::MAX)
-    };
+    let count = async |ns: &str| copies_in(&client, ns).await;
 
     netns.link(false);
     let cut = Instant::now();
