@@ -24,11 +24,11 @@ pub fn not_copy(namespace: &str, name: &str, addresses: &[&str]) -> Slice {
         _ => "IPv6",
     };
     Slice {
-        metadata: ObjectMeta {
+        metadata: Box::new(ObjectMeta {
             name: Some(name.to_owned()),
             namespace: Some(namespace.to_owned()),
             ..ObjectMeta::default()
-        },
+        }),
         address_type: address_type.to_owned(),
         endpoints: addresses.iter().map(|a| Endpoint { addresses: vec![(*a).to_owned()] }).collect(),
     }

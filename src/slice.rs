@@ -16,8 +16,9 @@ use serde::{Deserialize, Deserializer, Serialize};
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Slice {
+    /// Boxed: `ObjectMeta` is 400 bytes, and a review moves its slice several times while decoding.
     #[serde(default, deserialize_with = "lean_metadata")]
-    pub metadata: ObjectMeta,
+    pub metadata: Box<ObjectMeta>,
     /// Required, as in the API: an object without it is no EndpointSlice.
     pub address_type: String,
     #[serde(default, deserialize_with = "null_as_empty")]
@@ -82,10 +83,10 @@ struct LeanMetadata {
     annotations: Option<BTreeMap<String, String>>,
 }
 
-fn lean_metadata<'de, D: Deserializer<'de>>(d: D) -> Result<ObjectMeta, D::Error> {
+fn lean_metadata<'de, D: Deserializer<'de>>(d: D) -> Result<Box<ObjectMeta>, D::Error> {
     let lean = Option::<LeanMetadata>::deserialize(d)?;
-    Ok(lean
-        .map(|m| ObjectMeta {
+    Ok(Box::new(
+        lean.map(|m| ObjectMeta {
             name: m.name,
             namespace: m.namespace,
             uid: m.uid,
@@ -94,7 +95,8 @@ fn lean_metadata<'de, D: Deserializer<'de>>(d: D) -> Result<ObjectMeta, D::Error
             annotations: m.annotations,
             ..ObjectMeta::default()
         })
-        .unwrap_or_default())
+        .unwrap_or_default(),
+    ))
 }
 
 fn null_as_empty<'de, D: Deserializer<'de>, T: Deserialize<'de>>(d: D) -> Result<Vec<T>, D::Error> {
