@@ -23,6 +23,10 @@ fn review(c: &mut Criterion) {
         mode: Mode::Deny,
         metrics: Arc::new(Metrics::new()),
     };
+    // The floor under any serde decode of this body: tokenising it, building nothing.
+    c.bench_function("review/tokenise only (serde IgnoredAny)", |b| {
+        b.iter(|| serde_json::from_slice::<serde::de::IgnoredAny>(black_box(&body)).expect("json"))
+    });
     store.upsert(NS, Record::from_entries(["fd20:0:2::1:0:0"]));
     c.bench_function("review/typical copy, allowed", |b| {
         b.iter(|| {

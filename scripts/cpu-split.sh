@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# The webhook's own CPU per request, with the load generator kept off its core: edgegate-webhook
+# (release build, one Tokio worker) pinned to CPU 0, a one-thread wrk to CPU 1, 64 HTTPS
+# keep-alive connections. Prints, for /ceiling (fixed allow, body read but not parsed) and
+# /validate (the typical copy review), requests/s and the server's user+system CPU per request
+# from /proc/PID/stat, then the ratio of the two costs: what /validate can reach of the ceiling
+# on a machine where the load generator costs the server nothing.
+#
+#   scripts/cpu-split.sh [SECONDS]      (default 6 per run; ceiling, validate, twice each)
+#
+# Needs wrk (apt-get install wrk), taskset (util-linux) and two CPUs. Loopback only.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+secs=${1:-6}
+command -v wrk >/dev/null || { echo "wrk is missing: apt-get install -y wrk" >&2; exit 1; }
+[ "$(nproc)" -ge 2 ] || { echo "needs two CPUs" >&2; exit 1; }
+cargo build -q --release -p edgegate-webhook
+work=$(mktemp -d)
+trap 'kill $pid 2>/dev/null || true; rm -rf "$work"' EXIT
+mkdir -p "$work/records"
+cp examples/records/edgereachability.yaml "$work/records/"
+port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+TOKIO_WORKER_THREADS=1 RUST_LOG=warn,rustls=error taskset -c 0 target/release/edgegate-webhook \
+  --listen "127.0.0.1:$port" --self-signed "$work/tls" --records-dir "$work/records" --serve-ceiling >/dev/null &
+pid=$!
+for _ in $(seq 100); do curl -sf --cacert "$work/tls/ca.crt" "https://localhost:$port/readyz" >/dev/null && break; sleep 0.1; done
+
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$pid/stat"; }
+run() { # path -> "rps us_per_request"
+  local before after out
+  before=$(cpu_ticks)
+  out=$(taskset -c 1 wrk -t1 -c64 -d"${secs}s" -s scripts/load.lua "https://127.0.0.1:$port$1" | grep RESULT)
+  after=$(cpu_ticks)
+  python3 - "$out" "$before" "$after" "$(getconf CLK_TCK)" <<'PY'
+import re, sys
+out, before, after, tick = sys.argv[1], float(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4])
+requests = int(re.search(r"requests=(\d+)", out).group(1))
+rps = re.search(r"rps=(\d+)", out).group(1)
+print(rps, f"{(after - before) / tick * 1e6 / requests:.2f}")
+PY
+}
+for round in 1 2; do
+  read -r c_rps c_us < <(run /ceiling)
+  read -r v_rps v_us < <(run /validate)
+  python3 -c "print(f'round $round: ceiling $c_rps/s {$c_us} us/request; validate $v_rps/s {$v_us} us/request; ceiling/validate cost = {$c_us / $v_us:.1%}')"
+done
