@@ -14,16 +14,10 @@ cd "$(dirname "$0")/.."
 secs=${1:-6}
 command -v wrk >/dev/null || { echo "wrk is missing: apt-get install -y wrk" >&2; exit 1; }
 [ "$(nproc)" -ge 2 ] || { echo "needs two CPUs" >&2; exit 1; }
-cargo build -q --release -p edgegate-webhook
-work=$(mktemp -d)
-trap 'kill $pid 2>/dev/null || true; rm -rf "$work"' EXIT
-mkdir -p "$work/records"
+. scripts/webhook.sh
 cp examples/records/edgereachability.yaml "$work/records/"
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-TOKIO_WORKER_THREADS=1 RUST_LOG=warn,rustls=error taskset -c 0 target/release/edgegate-webhook \
-  --listen "127.0.0.1:$port" --self-signed "$work/tls" --records-dir "$work/records" --serve-ceiling >/dev/null &
-pid=$!
-for _ in $(seq 100); do curl -sf --cacert "$work/tls/ca.crt" "https://localhost:$port/readyz" >/dev/null && break; sleep 0.1; done
+TOKIO_WORKER_THREADS=1 serve "$work/tls/ca.crt" taskset -c 0 "$webhook" \
+  --listen "127.0.0.1:$port" --self-signed "$work/tls" --records-dir "$work/records" --serve-ceiling
 
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$pid/stat"; }
 run() { # path -> "rps us_per_request"

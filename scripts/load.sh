@@ -12,16 +12,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 secs=${1:-8}
 command -v wrk >/dev/null || { echo "wrk is missing: apt-get install -y wrk" >&2; exit 1; }
-cargo build -q --release -p edgegate-webhook
-work=$(mktemp -d)
-trap 'kill $pid 2>/dev/null || true; rm -rf "$work"' EXIT
-mkdir -p "$work/records"
+. scripts/webhook.sh
 cp examples/records/edgereachability.yaml "$work/records/"
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-RUST_LOG=warn,rustls=error target/release/edgegate-webhook --listen "127.0.0.1:$port" --self-signed "$work/tls" \
-  --records-dir "$work/records" --serve-ceiling >/dev/null &
-pid=$!
-for _ in $(seq 100); do curl -sf --cacert "$work/tls/ca.crt" "https://localhost:$port/readyz" >/dev/null && break; sleep 0.1; done
+serve "$work/tls/ca.crt" "$webhook" --listen "127.0.0.1:$port" --self-signed "$work/tls" \
+  --records-dir "$work/records" --serve-ceiling
 
 run() { # name path connections
   local out

@@ -6,19 +6,14 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 secs=${1:-10}
-cargo build -q --release -p edgegate-webhook
-work=$(mktemp -d)
-trap 'kill $pid 2>/dev/null || true; rm -rf "$work"' EXIT
+. scripts/webhook.sh
 certs/dev-certs.sh "$work/old" >/dev/null
 certs/dev-certs.sh "$work/new" >/dev/null
-mkdir -p "$work/serving" "$work/records"
+mkdir -p "$work/serving"
 cp "$work/old/tls.crt" "$work/old/tls.key" "$work/serving/"
 cp examples/records/edgereachability.yaml "$work/records/"
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-RUST_LOG=warn,rustls=error target/release/edgegate-webhook --listen "127.0.0.1:$port" \
-  --tls-cert "$work/serving/tls.crt" --tls-key "$work/serving/tls.key" --records-dir "$work/records" >/dev/null &
-pid=$!
-for _ in $(seq 100); do curl -sf --cacert "$work/old/ca.crt" "https://localhost:$port/readyz" >/dev/null && break; sleep 0.1; done
+serve "$work/old/ca.crt" "$webhook" --listen "127.0.0.1:$port" \
+  --tls-cert "$work/serving/tls.crt" --tls-key "$work/serving/tls.key" --records-dir "$work/records"
 issuer() { openssl s_client -connect "127.0.0.1:$port" -servername localhost </dev/null 2>/dev/null | openssl x509 -noout -issuer; }
 want=$(openssl x509 -noout -issuer -in "$work/new/tls.crt")
 wrk -t2 -c64 -d"${secs}s" -s scripts/load.lua "https://127.0.0.1:$port/validate" >"$work/wrk.txt" 2>&1 &
