@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # The webhook's own CPU per request, with the load generator kept off its core: edgegate-webhook
 # (release build, one Tokio worker) pinned to CPU 0, a one-thread wrk to CPU 1, 64 HTTPS
-# keep-alive connections. Prints, for /ceiling (fixed allow, body read but not parsed) and
-# /validate (the typical copy review), requests/s and the server's user+system CPU per request
-# from /proc/PID/stat, then the ratio of the two costs: what /validate can reach of the ceiling
-# on a machine where the load generator costs the server nothing.
+# keep-alive connections. Prints, for /ceiling (fixed allow, body read but not parsed),
+# /ceiling/tokenised (the same after JSON-tokenising the body, building nothing: the floor of
+# any decode) and /validate (the typical copy review), requests/s and the server's user+system
+# CPU per request from /proc/PID/stat, then each cost's ratio to the ceiling's: what it can reach
+# of the ceiling on a machine where the load generator costs the server nothing.
 #
-#   scripts/cpu-split.sh [SECONDS]      (default 6 per run; ceiling, validate, twice each)
+#   scripts/cpu-split.sh [SECONDS]      (default 6 per run; the three paths, twice each)
 #
 # Needs wrk (apt-get install wrk), taskset (util-linux) and two CPUs. Loopback only.
 set -euo pipefail
@@ -35,6 +36,14 @@ PY
 }
 for round in 1 2; do
   read -r c_rps c_us < <(run /ceiling)
+  read -r t_rps t_us < <(run /ceiling/tokenised)
   read -r v_rps v_us < <(run /validate)
-  python3 -c "print(f'round $round: ceiling $c_rps/s {$c_us} us/request; validate $v_rps/s {$v_us} us/request; ceiling/validate cost = {$c_us / $v_us:.1%}')"
+  python3 - "$round" "$c_rps" "$c_us" "$t_rps" "$t_us" "$v_rps" "$v_us" <<'PY'
+import sys
+r, c_rps, c_us, t_rps, t_us, v_rps, v_us = sys.argv[1:]
+c, t, v = float(c_us), float(t_us), float(v_us)
+print(f"round {r}: ceiling {c_rps}/s {c:.2f} us/request; "
+      f"tokenised {t_rps}/s {t:.2f} us/request ({c / t:.1%} of ceiling); "
+      f"validate {v_rps}/s {v:.2f} us/request ({c / v:.1%} of ceiling)")
+PY
 done

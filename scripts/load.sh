@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Loopback load run of edgegate-webhook (release build): HTTPS keep-alive, 64 connections.
 #
-#   scripts/load.sh [SECONDS]      (default 8 per phase; 3 phases, so about 25 s)
+#   scripts/load.sh [SECONDS]      (default 8 per phase; 4 phases, so about 33 s)
 #
-# Phase 1, ceiling: POST /ceiling, a fixed allow that parses nothing. Phase 2, real: POST
-# /validate with a typical VPC copy review against a record naming its address. Phase 3: the real
-# handler paced at half the measured peak (scripts/load.lua's delay hook) for the p99 at half
-# load. Needs wrk (apt-get install wrk).
+# Phase 1, ceiling: POST /ceiling, a fixed allow that parses nothing. Phase 2: the same with the
+# body JSON-tokenised, building nothing (/ceiling/tokenised), the floor under any decode. Phase 3,
+# real: POST /validate with a typical VPC copy review against a record naming its address. Phase
+# 4: the real handler paced at half the measured peak (scripts/load.lua's delay hook) for the p99
+# at half load. Needs wrk (apt-get install wrk).
 # Loopback only; every phase is bounded by -d.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -23,14 +24,16 @@ run() { # name path connections
   echo "$1 $out"
 }
 ceiling=$(run ceiling /ceiling 64)
+tokenised=$(run tokenised /ceiling/tokenised 64)
 real=$(run validate /validate 64)
 echo "$ceiling"
+echo "$tokenised"
 echo "$real"
 rps() { sed -E 's/.*rps=([0-9]+).*/\1/' <<<"$1"; }
-python3 - "$(rps "$ceiling")" "$(rps "$real")" <<'PY'
+python3 - "$(rps "$ceiling")" "$(rps "$tokenised")" "$(rps "$real")" <<'PY'
 import sys
-c, r = float(sys.argv[1]), float(sys.argv[2])
-print(f"real/ceiling = {r / c:.1%}")
+c, t, r = (float(a) for a in sys.argv[1:])
+print(f"tokenised/ceiling = {t / c:.1%}, real/ceiling = {r / c:.1%}")
 PY
 # Half load: the real handler paced at half its measured peak over the same 64 connections.
 half_rate=$(( $(rps "$real") / 2 ))

@@ -431,3 +431,19 @@ print("allowed" if b'"allowed":true' in got else "not allowed", flush=True)
     };
     assert!(status.success(), "{status:?}");
 }
+
+#[test]
+fn ceilings_are_served_only_when_asked_for() {
+    let webhook = Webhook::with_records(&empty_record());
+    assert_eq!(webhook.post("/ceiling", &copy_create()).0, 404, "hidden unless --serve-ceiling");
+
+    let webhook = Webhook::start(Options { extra_args: vec!["--serve-ceiling".into()], ..Options::default() });
+    for path in ["/ceiling", "/ceiling/tokenised"] {
+        let (status, body) = webhook.post(path, &copy_create());
+        assert_eq!((status, &body["response"]["allowed"]), (200, &json!(true)), "{path}: {body}");
+    }
+    let bad = webhook.dir.path().join("bad.json");
+    std::fs::write(&bad, "{\"apiVersion\": ").expect("body file");
+    assert_eq!(webhook.post_file("/ceiling/tokenised", &bad).0, 400, "the tokenised ceiling reads its JSON");
+    assert_eq!(webhook.post_file("/ceiling", &bad).0, 200, "the plain ceiling parses nothing");
+}

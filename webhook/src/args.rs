@@ -101,7 +101,8 @@ pub struct Args {
     pub shutdown_grace: Duration,
 
     /// Benchmarks only: also serve POST /ceiling, a fixed allow that reads the body but parses
-    /// nothing, so a load run can compare the real handler against the server's own ceiling.
+    /// nothing, so a load run can compare the real handler against the server's own ceiling, and
+    /// POST /ceiling/tokenised, the same after running the body through the JSON tokeniser.
     #[arg(long, env = "EDGEGATE_SERVE_CEILING", hide = true)]
     pub serve_ceiling: bool,
 

@@ -30,7 +30,9 @@ const BODY_TIMEOUT: Duration = Duration::from_secs(10);
 pub fn routes(admission: Arc<Admission>, max_body_bytes: usize, serve_ceiling: bool) -> Router {
     let mut router = Router::new().route("/validate", post(validate)).route("/mutate", post(mutate));
     if serve_ceiling {
-        router = router.route("/ceiling", post(ceiling));
+        router = router
+            .route("/ceiling", post(|limit, request| ceiling(limit, request, false)))
+            .route("/ceiling/tokenised", post(|limit, request| ceiling(limit, request, true)));
     }
     router
         .layer(axum::Extension(BodyLimit(max_body_bytes)))
@@ -147,11 +149,17 @@ fn error(status: StatusCode, message: String) -> Response {
     (status, [(header::CONTENT_TYPE, "application/json")], body.to_string()).into_response()
 }
 
-/// A fixed allow for a fixed uid: the server's ceiling with the review path taken out.
-async fn ceiling(limit: axum::Extension<BodyLimit>, request: Request) -> Response {
+/// A fixed allow for a fixed uid: the server's ceiling with the review path taken out. With
+/// `tokenise`, the body is also run through serde's tokeniser, building nothing: the floor under
+/// any decode of it, so the two ceilings bracket what a review can cost.
+async fn ceiling(limit: axum::Extension<BodyLimit>, request: Request, tokenise: bool) -> Response {
     let (parts, body) = request.into_parts();
-    if let Err(refusal) = read_body(&parts.headers, body, limit.0.0).await {
-        return refusal;
+    let body = match read_body(&parts.headers, body, limit.0.0).await {
+        Ok(body) => body,
+        Err(refusal) => return refusal,
+    };
+    if tokenise && let Err(e) = serde_json::from_slice::<serde::de::IgnoredAny>(&body) {
+        return error(StatusCode::BAD_REQUEST, format!("body is not JSON: {e}"));
     }
     const ALLOW: &str = r#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","response":{"uid":"ceiling","allowed":true,"status":{}}}"#;
     ([(header::CONTENT_TYPE, "application/json")], ALLOW).into_response()
