@@ -16,7 +16,7 @@ use serde::{Deserialize, Deserializer, Serialize};
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Slice {
-    /// Boxed: `ObjectMeta` is 400 bytes, and a review moves its slice several times while decoding.
+    /// Boxed: `ObjectMeta` is 360 bytes, and a review moves its slice several times while decoding.
     #[serde(default, deserialize_with = "lean_metadata")]
     pub metadata: Box<ObjectMeta>,
     /// Required, as in the API: an object without it is no EndpointSlice.

@@ -150,8 +150,8 @@ fn error(status: StatusCode, message: String) -> Response {
 }
 
 /// A fixed allow for a fixed uid: the server's ceiling with the review path taken out. With
-/// `tokenise`, the body is also run through serde's tokeniser, building nothing: the floor under
-/// any decode of it, so the two ceilings bracket what a review can cost.
+/// `tokenise`, the body is also run through serde's tokeniser, building nothing: the least any
+/// review of it can cost on top of the plain ceiling.
 async fn ceiling(limit: axum::Extension<BodyLimit>, request: Request, tokenise: bool) -> Response {
     let (parts, body) = request.into_parts();
     let body = match read_body(&parts.headers, body, limit.0.0).await {
