@@ -159,8 +159,14 @@ impl Webhook {
     }
 
     pub fn sigterm(&self) {
-        let status = Command::new("kill").arg("-TERM").arg(self.child.id().to_string()).status().expect("kill");
-        assert!(status.success());
+        self.signal("TERM");
+    }
+
+    /// Send the webhook a signal by name: `TERM`, `STOP`, `CONT`.
+    pub fn signal(&self, name: &str) {
+        let status =
+            Command::new("kill").arg(format!("-{name}")).arg(self.child.id().to_string()).status().expect("kill");
+        assert!(status.success(), "kill -{name}");
     }
 }
 

@@ -12,11 +12,11 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
-use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use crate::admission::{Admission, Endpoint};
 
@@ -198,8 +198,9 @@ pub async fn serve_tls(
     grace: Duration,
 ) {
     let acceptor = TlsAcceptor::from(tls);
-    let graceful = GracefulShutdown::new();
-    let builder = auto::Builder::new(TokioExecutor::new());
+    let connections = TaskTracker::new();
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder.http1().timer(hyper_util::rt::TokioTimer::new()).header_read_timeout(HEADER_TIMEOUT);
     loop {
         let (tcp, peer) = tokio::select! {
             () = shutdown.cancelled() => break,
@@ -213,27 +214,48 @@ pub async fn serve_tls(
                 }
             },
         };
-        let acceptor = acceptor.clone();
         let service = TowerToHyperService::new(app.clone());
-        let mut builder = builder.clone();
-        builder.http1().timer(hyper_util::rt::TokioTimer::new()).header_read_timeout(HEADER_TIMEOUT);
-        let watcher = graceful.watcher();
-        tokio::spawn(async move {
-            let tls = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
-                Ok(Ok(tls)) => tls,
-                Ok(Err(e)) => return tracing::debug!(%peer, error = %e, "TLS handshake failed"),
-                Err(_) => return tracing::debug!(%peer, "TLS handshake timed out"),
-            };
-            let conn = builder.serve_connection_with_upgrades(TokioIo::new(tls), service).into_owned();
-            if let Err(e) = watcher.watch(conn).await {
-                tracing::debug!(%peer, error = %e, "connection ended with an error");
-            }
-        });
+        connections.spawn(serve_connection(acceptor.clone(), tcp, peer, builder.clone(), service, shutdown.clone()));
     }
     drop(listener);
-    tracing::info!(connections = graceful.count(), "stopped accepting; draining in-flight requests");
-    if tokio::time::timeout(grace, graceful.shutdown()).await.is_err() {
+    connections.close();
+    tracing::info!(connections = connections.len(), "stopped accepting; draining in-flight requests");
+    if tokio::time::timeout(grace, connections.wait()).await.is_err() {
         tracing::warn!(?grace, "shutdown grace elapsed with requests still in flight");
+    }
+}
+
+/// One connection: the TLS handshake, then HTTP until the client is done or `shutdown`.
+///
+/// At shutdown the connection is polled once more before it is told to finish (`biased`), so a
+/// request whose bytes had already arrived is read, and then answered. Told first, hyper closes
+/// a connection it has read nothing from yet, and the client that sent a review before the
+/// SIGTERM would see its connection reset instead of an answer.
+async fn serve_connection(
+    acceptor: TlsAcceptor,
+    tcp: tokio::net::TcpStream,
+    peer: SocketAddr,
+    builder: auto::Builder<TokioExecutor>,
+    service: TowerToHyperService<Router>,
+    shutdown: CancellationToken,
+) {
+    let tls = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
+        Ok(Ok(tls)) => tls,
+        Ok(Err(e)) => return tracing::debug!(%peer, error = %e, "TLS handshake failed"),
+        Err(_) => return tracing::debug!(%peer, "TLS handshake timed out"),
+    };
+    let conn = builder.serve_connection_with_upgrades(TokioIo::new(tls), service);
+    tokio::pin!(conn);
+    let result = tokio::select! {
+        biased;
+        result = conn.as_mut() => result,
+        () = shutdown.cancelled() => {
+            conn.as_mut().graceful_shutdown();
+            conn.await
+        }
+    };
+    if let Err(e) = result {
+        tracing::debug!(%peer, error = %e, "connection ended with an error");
     }
 }
 
