@@ -103,6 +103,25 @@ fn assert_args_match(deployment: &Value, command: clap::Command) {
     assert!(container["readinessProbe"].is_object() && container["livenessProbe"].is_object());
 }
 
+/// The webhook pod keeps serving through a preStop sleep, then drains for `--shutdown-grace`;
+/// both must end before the kubelet's SIGKILL.
+fn assert_webhook_shutdown_fits(deployment: &Value) {
+    let pod = &deployment["spec"]["template"]["spec"];
+    let container = &pod["containers"][0];
+    let sleep = container["lifecycle"]["preStop"]["sleep"]["seconds"].as_u64().expect("a preStop sleep");
+    let grace = container["args"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .find_map(|a| a.strip_prefix("--shutdown-grace="))
+        .and_then(|g| g.strip_suffix('s'))
+        .and_then(|g| g.parse::<u64>().ok())
+        .expect("--shutdown-grace=Ns");
+    let kill_after = pod["terminationGracePeriodSeconds"].as_u64().expect("terminationGracePeriodSeconds");
+    assert!(sleep >= 1 && sleep + grace < kill_after, "preStop {sleep}s + grace {grace}s within {kill_after}s");
+}
+
 fn rules_of(role: &Value) -> Vec<(String, String, Vec<String>)> {
     role["rules"]
         .as_array()
@@ -130,6 +149,7 @@ fn assert_common(objects: &[Value]) {
     assert_webhook_invariants(objects);
     assert_args_match(find(objects, "Deployment", "edgegate-webhook"), edgegate_webhook::args::Args::command());
     assert_args_match(find(objects, "Deployment", "edgegate-pruner"), edgegate_pruner::args::Args::command());
+    assert_webhook_shutdown_fits(find(objects, "Deployment", "edgegate-webhook"));
     assert_eq!(rules_of(find(objects, "ClusterRole", "edgegate-webhook")), expected(WEBHOOK));
     assert_eq!(rules_of(find(objects, "ClusterRole", "edgegate-pruner")), expected(PRUNER));
     let lease = find(objects, "Role", "edgegate-pruner-lease");
