@@ -380,8 +380,9 @@ fn patch_bytes(patch: &Value) -> Vec<u8> {
 ///
 /// The webhook is stopped (SIGSTOP) while the clients send the first half of their reviews and
 /// gets SIGTERM before it resumes, so when it runs again the signal and the unread requests are
-/// there together: the race a busy server meets, made certain. Before the fix, hyper was told to
-/// shut down before it had read anything and closed such connections unanswered.
+/// there together: the race a busy server meets, set up on every run. A server that tells hyper
+/// to shut down before it has read those bytes closes the connections unanswered (the old one
+/// did so in 5 of 10 runs of this test).
 #[test]
 fn sigterm_mid_request_answers_what_was_accepted() {
     use std::io::{BufRead, BufReader, Write};
@@ -405,18 +406,20 @@ for s in conns:
     s.sendall(head + body[: len(body) // 2])
 print("sent half", flush=True)
 sys.stdin.readline()
-for s in conns:
-    s.sendall(body[len(body) // 2 :])
-for s in conns:
+def answer(s):
+    # A connection the server closed raises here; it is reported as "no answer", not a crash.
     got = b""
-    while b"\r\n\r\n" not in got or not got.rstrip().endswith(b"}"):
-        try:
+    try:
+        s.sendall(body[len(body) // 2 :])
+        while b"\r\n\r\n" not in got or not got.rstrip().endswith(b"}"):
             chunk = s.recv(65536)
-        except OSError as e:
-            chunk = b""
-        if not chunk:
-            break
-        got += chunk
+            if not chunk:
+                break
+            got += chunk
+    except OSError:
+        pass
+    return got
+for got in [answer(s) for s in conns]:
     status = got.split(b"\r\n")[0].decode() or "no answer"
     print(status, "allowed" if b'"allowed":true' in got else "not allowed", flush=True)
 "#;
