@@ -39,16 +39,16 @@ fn world(namespaces: usize) -> (RecordStore, Arc<CopyIndex>) {
 fn plan_benches(c: &mut Criterion) {
     let selector = CopySelector::default();
     let (records, copies) = world(1000);
-    assert_eq!(plan(&records, &copies, &selector, &Scope::All).len(), 5000);
+    assert_eq!(plan(&records, &copies, &selector, &Scope::All).deletions.len(), 5000);
     c.bench_function("plan/full pass, 10,000 copies in 1,000 namespaces", |b| {
-        b.iter(|| plan(&records, &copies, &selector, black_box(&Scope::All)).len())
+        b.iter(|| plan(&records, &copies, &selector, black_box(&Scope::All)).deletions.len())
     });
     let mut group = c.benchmark_group("plan/one namespace of 10 copies");
     for namespaces in [10, 1000, 10_000] {
         let (records, copies) = world(namespaces);
         let scope = Scope::Namespace("ns-7".into());
         group.bench_with_input(BenchmarkId::new("namespaces on the hub", namespaces), &scope, |b, scope| {
-            b.iter(|| plan(&records, &copies, &selector, black_box(scope)).len())
+            b.iter(|| plan(&records, &copies, &selector, black_box(scope)).deletions.len())
         });
     }
     group.finish();

@@ -6,10 +6,13 @@
 //! | present (or empty)  | allow                  | deny             | allow            | allow      |
 //! | unavailable         | error                  | error            | allow            | allow      |
 //!
+//! An UPDATE is refused only when it adds something to carry ([`decide_update`]): a copy being
+//! deleted, or one that was already a copy and gains no address, is allowed whatever the record.
+//!
 //! Every doubt resolves toward keeping what is published: withdrawing a route for a pod that still
 //! serves black-holes live traffic, while a route nothing uses costs one table entry.
 
-use crate::record::RecordState;
+use crate::record::{Record, RecordState};
 use crate::selector::CopySelector;
 use crate::slice::Slice;
 
@@ -21,6 +24,12 @@ pub enum Allowed<'a> {
     NoRecord,
     /// The record names at least this address of the copy.
     Named(&'a str),
+    /// An UPDATE of a copy being deleted: refusing it (say, the one removing its last finalizer)
+    /// would keep the copy published for ever.
+    Terminating,
+    /// An UPDATE of what already was a copy that carries no address the old object did not: it
+    /// publishes nothing new, and refusing it would withdraw nothing.
+    NothingNew,
 }
 
 /// The outcome for one slice; it borrows from the slice, so deciding allocates nothing but the
@@ -99,6 +108,38 @@ pub fn decide<'a>(state: &'a RecordState, slice: &'a Slice, selector: &CopySelec
     Decision::Deny(Denial { namespace: slice.namespace(), name: slice.name(), addresses: unique(slice.addresses()) })
 }
 
+/// Decide an UPDATE from `old` (the object as stored) to `slice`. Allowed when the new object is
+/// being deleted, or when the old one already was a copy and the new one carries no address the
+/// old one did not (compared after normalisation); otherwise judged whole, like a CREATE, so a
+/// slice that becomes a copy by gaining the label is judged on all its addresses.
+pub fn decide_update<'a>(
+    state: &'a RecordState,
+    old: &Slice,
+    slice: &'a Slice,
+    selector: &CopySelector,
+) -> Decision<'a> {
+    if !is_copy(slice, selector) {
+        return Decision::Allow(Allowed::NotACopy);
+    }
+    if slice.metadata.deletion_timestamp.is_some() {
+        return Decision::Allow(Allowed::Terminating);
+    }
+    if is_copy(old, selector) && adds_no_address(old, slice) {
+        return Decision::Allow(Allowed::NothingNew);
+    }
+    decide(state, slice, selector)
+}
+
+/// Does `new` carry only addresses that `old` carried, after normalisation?
+fn adds_no_address(old: &Slice, new: &Slice) -> bool {
+    // Mostly the same strings: only a new spelling pays for normalising the old addresses.
+    if new.addresses().all(|a| old.addresses().any(|o| o == a)) {
+        return true;
+    }
+    let carried = Record::from_entries(old.addresses());
+    new.addresses().all(|a| carried.names(a))
+}
+
 /// Each address once, in first-seen order.
 fn unique<'a>(addresses: impl Iterator<Item = &'a str>) -> Vec<&'a str> {
     let mut all: Vec<&str> = addresses.collect();
@@ -124,8 +165,7 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
-    use crate::fixtures::{copy, not_copy};
-    use crate::record::Record;
+    use crate::fixtures::{copy, not_copy, terminating};
 
     fn present(entries: &[&str]) -> RecordState {
         RecordState::Present(Arc::new(Record::from_entries(entries.iter().copied())))
@@ -168,6 +208,93 @@ mod tests {
         ];
         for (row, state, slice, want) in rows {
             assert_eq!(decide(&state, slice, &sel), want, "row: {row}");
+        }
+    }
+
+    /// UPDATEs: refused only when they add something to carry (DESIGN.md, issue #16).
+    #[test]
+    fn update_table() {
+        let sel = CopySelector::default();
+        let unnamed = present(&["fd00:10::1"]);
+        let copy_9 = copy("proj-a", "web", &["fd00:10::9"]);
+        let copy_9_relabelled = {
+            let mut c = copy_9.clone();
+            c.metadata.labels.get_or_insert_default().insert("karmada.io/managed".into(), "true".into());
+            c
+        };
+        let copy_9_respelled = copy("proj-a", "web", &["FD00:10:0::9"]);
+        let copy_9_a = copy("proj-a", "web", &["fd00:10::9", "fd00:10::a"]);
+        let copy_none = copy("proj-a", "web", &[]);
+        let not_copy_9 = not_copy("proj-a", "web", &["fd00:10::9"]);
+        let not_copy_1 = not_copy("proj-a", "web", &["fd00:10::1"]);
+        let copy_1 = copy("proj-a", "web", &["fd00:10::1"]);
+        let copy_9_1 = copy("proj-a", "web", &["fd00:10::9", "fd00:10::1"]);
+        let leaving = terminating(copy_9.clone());
+        let unreadable = unavailable();
+        let deny =
+            |s: &'static str| move |d: &Decision| matches!(d, Decision::Deny(denial) if denial.addresses.contains(&s));
+        let allowed = |why: Allowed<'static>| move |d: &Decision| *d == Decision::Allow(why.clone());
+        type Check = Box<dyn Fn(&Decision) -> bool>;
+        let rows: Vec<(&str, &RecordState, &Slice, &Slice, Check)> = vec![
+            (
+                "terminating copy, record names none",
+                &unnamed,
+                &copy_9,
+                &leaving,
+                Box::new(allowed(Allowed::Terminating)),
+            ),
+            (
+                "terminating copy, no record",
+                &RecordState::Absent,
+                &copy_9,
+                &leaving,
+                Box::new(allowed(Allowed::Terminating)),
+            ),
+            (
+                "metadata-only update of an unnamed copy",
+                &unnamed,
+                &copy_9,
+                &copy_9_relabelled,
+                Box::new(allowed(Allowed::NothingNew)),
+            ),
+            (
+                "same address, another spelling",
+                &unnamed,
+                &copy_9,
+                &copy_9_respelled,
+                Box::new(allowed(Allowed::NothingNew)),
+            ),
+            ("endpoints removed", &unnamed, &copy_9_a, &copy_9, Box::new(allowed(Allowed::NothingNew))),
+            ("copy emptied", &unnamed, &copy_9, &copy_none, Box::new(allowed(Allowed::NothingNew))),
+            ("adds an unnamed address to an unnamed copy", &unnamed, &copy_9, &copy_9_a, Box::new(deny("fd00:10::a"))),
+            ("gains the copy label, nothing named", &unnamed, &not_copy_9, &copy_9, Box::new(deny("fd00:10::9"))),
+            (
+                "gains the copy label, named",
+                &unnamed,
+                &not_copy_1,
+                &copy_1,
+                Box::new(allowed(Allowed::Named("fd00:10::1"))),
+            ),
+            ("adds a named address", &unnamed, &copy_9, &copy_9_1, Box::new(allowed(Allowed::Named("fd00:10::1")))),
+            (
+                "adds an address, record unavailable",
+                &unreadable,
+                &copy_9,
+                &copy_9_a,
+                Box::new(|d: &Decision| matches!(d, Decision::Unavailable(_))),
+            ),
+            (
+                "adds an address, no record",
+                &RecordState::Absent,
+                &copy_9,
+                &copy_9_a,
+                Box::new(allowed(Allowed::NoRecord)),
+            ),
+            ("loses the copy label", &unnamed, &copy_9, &not_copy_9, Box::new(allowed(Allowed::NotACopy))),
+        ];
+        for (row, state, old, new, check) in rows {
+            let got = decide_update(state, old, new, &sel);
+            assert!(check(&got), "row: {row}: got {got:?}");
         }
     }
 

@@ -33,3 +33,11 @@ pub fn not_copy(namespace: &str, name: &str, addresses: &[&str]) -> Slice {
         endpoints: addresses.iter().map(|a| Endpoint { addresses: vec![(*a).to_owned()] }).collect(),
     }
 }
+
+/// `slice` with `deletionTimestamp` set and no finalizer left: what the UPDATE removing its last
+/// finalizer sends.
+pub fn terminating(mut slice: Slice) -> Slice {
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+    slice.metadata.deletion_timestamp = Some(Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH));
+    slice
+}

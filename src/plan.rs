@@ -2,7 +2,8 @@
 //!
 //! A copy is deleted only where the decision would deny it: its namespace has a record, the
 //! record is readable, the copy carries addresses and the record names none of them. No record,
-//! an unreadable record or an unsynced cache of either kind: nothing.
+//! an unreadable record or an unsynced cache of either kind: nothing. A copy already being deleted
+//! (`deletionTimestamp` set) is not deleted again: it is only counted.
 
 use crate::copies::CopyIndex;
 use crate::decision::{Decision, decide};
@@ -31,20 +32,45 @@ pub enum Scope {
     All,
 }
 
-/// The deletions for `copies` of one namespace under its record `state`.
+/// What a pass would do.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Plan {
+    pub deletions: Vec<Deletion>,
+    /// Copies the record names none of that are already being deleted: left alone, and counted
+    /// (`edgegate_prune_deletions_total{result="terminating"}`), so no second DELETE or Event.
+    pub terminating: usize,
+}
+
+/// The plan for `copies` of one namespace under its record `state`.
 pub fn plan_namespace<'a>(
     state: &RecordState,
     copies: impl IntoIterator<Item = &'a Slice>,
     selector: &CopySelector,
-) -> Vec<Deletion> {
+) -> Plan {
+    let mut plan = Plan::default();
     if !matches!(state, RecordState::Present(_)) {
-        return Vec::new();
+        return plan;
     }
-    copies.into_iter().filter_map(|copy| deletion(state, copy, selector)).collect()
+    for copy in copies {
+        if is_terminating(copy) {
+            plan.terminating += usize::from(matches!(decide(state, copy, selector), Decision::Deny(_)));
+        } else if let Some(deletion) = deletion(state, copy, selector) {
+            plan.deletions.push(deletion);
+        }
+    }
+    plan
 }
 
-/// The deletion of `copy`, if the decision denies it under `state`.
+fn is_terminating(copy: &Slice) -> bool {
+    copy.metadata.deletion_timestamp.is_some()
+}
+
+/// The deletion of `copy`, if the decision denies it under `state` and it is not already being
+/// deleted.
 pub fn deletion(state: &RecordState, copy: &Slice, selector: &CopySelector) -> Option<Deletion> {
+    if is_terminating(copy) {
+        return None;
+    }
     match decide(state, copy, selector) {
         Decision::Deny(denial) => Some(Deletion {
             namespace: denial.namespace.to_owned(),
@@ -57,22 +83,23 @@ pub fn deletion(state: &RecordState, copy: &Slice, selector: &CopySelector) -> O
     }
 }
 
-/// The deletions of a pass over `scope`; none unless both caches are synced.
-pub fn plan(records: &dyn RecordSource, copies: &CopyIndex, selector: &CopySelector, scope: &Scope) -> Vec<Deletion> {
+/// The plan of a pass over `scope`; nothing unless both caches are synced.
+pub fn plan(records: &dyn RecordSource, copies: &CopyIndex, selector: &CopySelector, scope: &Scope) -> Plan {
+    let mut plan = Plan::default();
     if !records.synced() || !copies.synced() {
-        return Vec::new();
+        return plan;
     }
     let namespaces = match scope {
         Scope::Namespace(ns) => vec![ns.clone()],
         Scope::All => records.namespaces(),
     };
-    namespaces
-        .iter()
-        .flat_map(|ns| {
-            let in_ns = copies.in_namespace(ns);
-            plan_namespace(&records.lookup(ns), in_ns.iter().map(AsRef::as_ref), selector)
-        })
-        .collect()
+    for ns in &namespaces {
+        let in_ns = copies.in_namespace(ns);
+        let part = plan_namespace(&records.lookup(ns), in_ns.iter().map(AsRef::as_ref), selector);
+        plan.deletions.extend(part.deletions);
+        plan.terminating += part.terminating;
+    }
+    plan
 }
 
 #[cfg(test)]
@@ -82,7 +109,7 @@ mod tests {
 
     use super::*;
     use crate::copies::CopyWriter;
-    use crate::fixtures::{copy, not_copy};
+    use crate::fixtures::{copy, not_copy, terminating};
     use crate::record::Record;
     use crate::source::follow::WatchSink;
     use crate::store::RecordStore;
@@ -91,8 +118,8 @@ mod tests {
         RecordState::Present(Arc::new(Record::from_entries(entries.iter().copied())))
     }
 
-    fn names(deletions: &[Deletion]) -> Vec<&str> {
-        deletions.iter().map(|d| d.name.as_str()).collect()
+    fn names(plan: &Plan) -> Vec<&str> {
+        plan.deletions.iter().map(|d| d.name.as_str()).collect()
     }
 
     /// The plan table of the pruner issue, row by row.
@@ -105,6 +132,7 @@ mod tests {
             copy("ns", "half-served", &["fd00::9", "FD00:0::1"]),
             copy("ns", "empty", &[]),
             not_copy("ns", "lookalike", &["fd00::9"]),
+            terminating(copy("ns", "leaving", &["fd00::9"])),
         ];
         let rows: Vec<(&str, RecordState, Vec<&str>)> = vec![
             ("no record", RecordState::Absent, vec![]),
@@ -114,8 +142,19 @@ mod tests {
             ("record with only invalid entries", present(&["fd00::/64"]), vec!["served", "unserved", "half-served"]),
         ];
         for (row, state, want) in rows {
-            assert_eq!(names(&plan_namespace(&state, &copies, &sel)), want, "row: {row}");
+            let plan = plan_namespace(&state, &copies, &sel);
+            assert_eq!(names(&plan), want, "row: {row}");
+            // The terminating copy is never deleted again; it is counted where it would have been.
+            assert_eq!(plan.terminating, usize::from(!want.is_empty()), "row: {row}");
         }
+    }
+
+    #[test]
+    fn a_terminating_copy_is_not_deleted_again() {
+        let leaving = terminating(copy("ns", "leaving", &["fd00::9"]));
+        assert_eq!(deletion(&present(&[]), &leaving, &CopySelector::default()), None);
+        let named = plan_namespace(&present(&["fd00::9"]), [&leaving], &CopySelector::default());
+        assert_eq!(named, Plan::default(), "a named terminating copy is neither deleted nor counted");
     }
 
     #[test]
@@ -125,7 +164,7 @@ mod tests {
         c.metadata.resource_version = Some("42".into());
         let got = plan_namespace(&present(&[]), [&c], &CopySelector::default());
         assert_eq!(
-            got,
+            got.deletions,
             [Deletion {
                 namespace: "ns".into(),
                 name: "unserved".into(),
@@ -158,16 +197,16 @@ mod tests {
         let (records, copies) = world(true);
         assert_eq!(names(&plan(&records, &copies, &sel, &Scope::All)), ["a"]);
         assert_eq!(names(&plan(&records, &copies, &sel, &Scope::Namespace("withdrawn".into()))), ["a"]);
-        assert!(plan(&records, &copies, &sel, &Scope::Namespace("no-record".into())).is_empty());
+        assert_eq!(plan(&records, &copies, &sel, &Scope::Namespace("no-record".into())), Plan::default());
         // Record deleted: the namespace is back to no record; nothing is deleted.
         records.remove("withdrawn");
-        assert!(plan(&records, &copies, &sel, &Scope::All).is_empty());
+        assert_eq!(plan(&records, &copies, &sel, &Scope::All), Plan::default());
 
         let (records, unsynced_copies) = world(false);
-        assert!(plan(&records, &unsynced_copies, &sel, &Scope::All).is_empty(), "copies not synced");
+        assert_eq!(plan(&records, &unsynced_copies, &sel, &Scope::All), Plan::default(), "copies not synced");
         let (records, copies) = world(true);
         records.set_synced(false);
-        assert!(plan(&records, &copies, &sel, &Scope::All).is_empty(), "records not synced");
+        assert_eq!(plan(&records, &copies, &sel, &Scope::All), Plan::default(), "records not synced");
     }
 
     #[test]
@@ -189,6 +228,6 @@ mod tests {
         copy_writer.relist_started();
         copy_writer.listed(copy("ns", "a", &["fd00::1"]));
         copy_writer.relist_done();
-        assert!(plan(records.as_ref(), &copies, &CopySelector::default(), &Scope::All).is_empty());
+        assert_eq!(plan(records.as_ref(), &copies, &CopySelector::default(), &Scope::All), Plan::default());
     }
 }

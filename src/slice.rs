@@ -9,7 +9,7 @@ use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use k8s_openapi::NamespaceResourceScope;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use serde::{Deserialize, Deserializer, Serialize};
 
 /// An EndpointSlice as edgegate sees it.
@@ -81,6 +81,9 @@ struct LeanMetadata {
     resource_version: Option<String>,
     labels: Option<BTreeMap<String, String>>,
     annotations: Option<BTreeMap<String, String>>,
+    /// Set once the copy is being deleted: an UPDATE of it adds nothing, and the pruner leaves it.
+    deletion_timestamp: Option<Time>,
+    finalizers: Option<Vec<String>>,
 }
 
 fn lean_metadata<'de, D: Deserializer<'de>>(d: D) -> Result<Box<ObjectMeta>, D::Error> {
@@ -93,6 +96,8 @@ fn lean_metadata<'de, D: Deserializer<'de>>(d: D) -> Result<Box<ObjectMeta>, D::
             resource_version: m.resource_version,
             labels: m.labels,
             annotations: m.annotations,
+            deletion_timestamp: m.deletion_timestamp,
+            finalizers: m.finalizers,
             ..ObjectMeta::default()
         })
         .unwrap_or_default(),
@@ -115,6 +120,7 @@ mod tests {
             "metadata": {
                 "name": "s", "namespace": "n", "uid": "u", "resourceVersion": "7",
                 "labels": {"a": "b"},
+                "deletionTimestamp": "2026-12-03T09:00:00Z", "finalizers": ["example.com/hold"],
                 "managedFields": [{"manager": "cell", "fieldsV1": {"f:endpoints": {}}}],
             },
             "addressType": "IPv6",
@@ -129,6 +135,8 @@ mod tests {
         assert_eq!((slice.namespace(), slice.name()), ("n", "s"));
         assert_eq!(slice.metadata.uid.as_deref(), Some("u"));
         assert_eq!(slice.metadata.resource_version.as_deref(), Some("7"));
+        assert!(slice.metadata.deletion_timestamp.is_some());
+        assert_eq!(slice.metadata.finalizers.as_deref(), Some(&["example.com/hold".to_owned()][..]));
         assert!(slice.metadata.managed_fields.is_none());
     }
 

@@ -67,3 +67,29 @@ fn check_exits_by_decision() {
     assert_eq!(code, 2, "{out}");
     assert!(out.contains("/nonexistent.yaml"), "{out}");
 }
+
+#[test]
+fn check_old_judges_an_update() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = |name: &str| dir.path().join(name).to_string_lossy().into_owned();
+    let copy = std::fs::read_to_string(repo("examples/copy-endpointslice.yaml")).expect("copy");
+    let record = "apiVersion: networking.datumapis.com/v1alpha\nkind: EdgeReachability\nmetadata: {name: default, namespace: ns-3f6c1a52-9e0b-4c1d-8a77-0b5e2d9c4f10}\nspec: {addresses: []}\n";
+    std::fs::write(path("record.yaml"), record).expect("write");
+    std::fs::write(path("old.yaml"), &copy).expect("write");
+    let leaving = copy.replacen("metadata:\n", "metadata:\n  deletionTimestamp: \"2026-12-03T09:00:00Z\"\n", 1);
+    std::fs::write(path("leaving.yaml"), leaving).expect("write");
+    let grown = copy.replacen(r#"["fd20:0:2::1:0:0"]"#, r#"["fd20:0:2::1:0:0", "fd20:0:2::1:0:9"]"#, 1);
+    assert_ne!(grown, copy, "the example copy lists fd20:0:2::1:0:0");
+    std::fs::write(path("grown.yaml"), grown).expect("write");
+
+    let check =
+        |old: &str, new: &str| edgegate(&["check", "--record", &path("record.yaml"), "--old", old, "--slice", new]);
+    let (code, out) = check(&path("old.yaml"), &path("leaving.yaml"));
+    assert_eq!((code, out.trim()), (0, "allow: the copy is being deleted; an UPDATE of it carries nothing new"));
+    let (code, out) = check(&path("old.yaml"), &path("old.yaml"));
+    assert_eq!((code, out.trim()), (0, "allow: an UPDATE of a copy that adds no address it did not carry"));
+    let (code, out) = check(&path("old.yaml"), &path("grown.yaml"));
+    assert_eq!(code, 1, "an UPDATE adding an unnamed address is refused: {out}");
+    let (code, out) = check("/nonexistent-old.yaml", &path("old.yaml"));
+    assert_eq!(code, 2, "{out}");
+}

@@ -188,6 +188,71 @@ async fn pruner_deletes_only_unserved_copies_and_only_one_replica_deletes() {
     assert!(times[10] < Duration::from_secs(1), "median convergence {:?}", times[10]);
 }
 
+/// Issue #16: an UPDATE that carries nothing new is never refused. A terminating copy whose record
+/// names none of its addresses must be able to lose its last finalizer (else it stays published
+/// for ever), and a published unnamed copy can still be labelled by other controllers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_terminating_copy_can_leave_and_an_unnamed_copy_can_be_labelled() {
+    let cp = shared();
+    let client = cp.client().await;
+    install_crd(&client).await;
+    namespace(&client, "fin-a", &[("edgegate-e2e", "finalizer")]).await;
+    set_record(&client, "fin-a", &["fd20:0:5::1", "fd20:0:5::2"]).await;
+    let webhook = start_webhook(cp, &cp.kubeconfig);
+    let ca = dev_certs().join("ca.crt");
+    eventually(Duration::from_secs(30), "webhook ready", async || {
+        http_status(&format!("https://127.0.0.1:{}/readyz", webhook.port), Some(&ca)) == 200
+    })
+    .await;
+    register_webhook(&client, webhook.port, "finalizer").await;
+    eventually(Duration::from_secs(30), "webhook configuration in effect", async || {
+        create(&client, "fin-a", &slice("finalizer", "marker", true, &["fd20:0:5::9"]), true).await.is_err()
+    })
+    .await;
+    let mut held = slice("finalizer", "held", true, &["fd20:0:5::1"]);
+    held.metadata.finalizers = Some(vec!["e2e.edgegate.example/hold".into()]);
+    create(&client, "fin-a", &held, false).await.expect("named copy with a finalizer admitted");
+    create(&client, "fin-a", &slice("finalizer", "labelled", true, &["fd20:0:5::2"]), false)
+        .await
+        .expect("named copy admitted");
+
+    // The record is emptied: both copies are published and unnamed now.
+    set_record(&client, "fin-a", &[]).await;
+    eventually(Duration::from_secs(5), "empty record in effect", async || {
+        create(&client, "fin-a", &slice("finalizer", "probe", true, &["fd20:0:5::1"]), true).await.is_err()
+    })
+    .await;
+    let slices: Api<EndpointSlice> = Api::namespaced(client.clone(), "fin-a");
+    let label = json!({"metadata": {"labels": {"propagation.example/claimed": "true"}}});
+    slices
+        .patch("labelled", &PatchParams::default(), &Patch::Merge(&label))
+        .await
+        .expect("a label added to an unnamed published copy is admitted");
+
+    // The pruner collects both; the one with a finalizer turns Terminating and is not deleted again.
+    let pruner = start_pruner(cp, "finalizer", &cp.kubeconfig, &["--no-leader-election", "--resync=1s"]);
+    eventually(Duration::from_secs(30), "copies collected", async || {
+        let held = slices.get_opt("held").await.expect("get");
+        !exists(&client, "fin-a", "labelled").await && held.is_some_and(|h| h.metadata.deletion_timestamp.is_some())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(2500)).await; // two resync passes
+    let m = metrics(&pruner);
+    assert_eq!(counter(&m, "edgegate_prune_deletions_total{result=\"deleted\"}"), 2, "{m}");
+    assert!(counter(&m, "edgegate_prune_deletions_total{result=\"terminating\"}") >= 2, "{m}");
+
+    // A controller removes its finalizer: an UPDATE through the API server and the webhook.
+    let release = json!({"metadata": {"finalizers": null}});
+    slices
+        .patch("held", &PatchParams::default(), &Patch::Merge(&release))
+        .await
+        .expect("the UPDATE removing the last finalizer of a terminating copy is admitted");
+    let took =
+        eventually(Duration::from_secs(5), "terminating copy gone", async || !exists(&client, "fin-a", "held").await)
+            .await;
+    assert!(took < Duration::from_secs(1), "finalizer removed → copy gone took {took:?}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deploy_rbac_is_sufficient_and_no_wider_than_needed() {
     let cp = shared();

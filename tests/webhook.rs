@@ -71,13 +71,58 @@ fn copy_without_endpoints_is_allowed() {
     assert_allowed(&webhook.validate(&fixture_json("copy-no-endpoints-create.json")));
 }
 
+/// copy-update.json with `edit` applied to its request's object and old object.
+fn copy_update(edit: impl Fn(&mut Value, &mut Value)) -> Value {
+    let mut review = fixture_json("copy-update.json");
+    let request = &mut review["request"];
+    let (mut object, mut old) = (request["object"].take(), request["oldObject"].take());
+    edit(&mut object, &mut old);
+    (request["object"], request["oldObject"]) = (object, old);
+    review
+}
+
 #[test]
-fn update_is_judged_like_create() {
+fn update_of_a_terminating_copy_is_allowed() {
+    // The UPDATE that removes a terminating copy's last finalizer: refusing it would keep the copy
+    // published for ever.
     let webhook = Webhook::with_records(&empty_record());
-    assert_denied(&webhook.validate(&fixture_json("copy-update.json")), 403);
+    let review = copy_update(|object, old| {
+        for o in [&mut *object, &mut *old] {
+            o["metadata"]["deletionTimestamp"] = json!("2026-12-03T09:00:00Z");
+        }
+        old["metadata"]["finalizers"] = json!(["example.com/propagation"]);
+    });
+    assert_allowed(&webhook.validate(&review));
+}
+
+#[test]
+fn update_adding_no_address_to_a_copy_is_allowed() {
+    // copy-update.json refreshes conditions; a label added is the same: nothing new is carried.
+    let webhook = Webhook::with_records(&empty_record());
+    assert_allowed(&webhook.validate(&fixture_json("copy-update.json")));
+    let relabelled = copy_update(|object, _| object["metadata"]["labels"]["karmada.io/managed"] = json!("true"));
+    assert_allowed(&webhook.validate(&relabelled));
+}
+
+#[test]
+fn update_adding_an_unnamed_address_is_judged_like_create() {
+    let webhook = Webhook::with_records(&empty_record());
+    let grown = copy_update(|object, _| object["endpoints"][0]["addresses"] = json!([ADDRESS, "fd20:0:2::1:0:9"]));
+    let message = assert_denied(&webhook.validate(&grown), 403);
+    assert!(message.contains("fd20:0:2::1:0:9"), "{message}");
     webhook.write_record_file("records.yaml", &record(NS, "default", &[ADDRESS]));
-    webhook
-        .wait_until(Duration::from_secs(5), || webhook.validate(&fixture_json("copy-update.json"))["allowed"] == true);
+    webhook.wait_until(Duration::from_secs(5), || webhook.validate(&grown)["allowed"] == true);
+}
+
+#[test]
+fn update_that_makes_a_slice_a_copy_is_judged_whole() {
+    let webhook = Webhook::with_records(&empty_record());
+    let becomes_copy = copy_update(|_, old| {
+        if let Some(labels) = old["metadata"]["labels"].as_object_mut() {
+            labels.remove("networking.datumapis.com/vpc-endpointslice-projection");
+        }
+    });
+    assert_denied(&webhook.validate(&becomes_copy), 403);
 }
 
 #[test]

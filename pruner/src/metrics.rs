@@ -24,7 +24,7 @@ impl Metrics {
         let deletions = registered(
             &mut registry,
             "prune_deletions",
-            "Copies deleted, by result: deleted, gone (404), changed (409), dry_run, skipped, error",
+            "Copies deleted, by result: deleted, gone (404), changed (409), dry_run, skipped, error, terminating (unnamed but already being deleted: left alone, counted each pass)",
         );
         let pass_duration = Histogram::new(exponential_buckets(0.000_1, 4.0, 10));
         registry.register("prune_pass_duration_seconds", "Time to plan and carry out one pass", pass_duration.clone());
@@ -36,7 +36,11 @@ impl Metrics {
     }
 
     pub fn deletion(&self, result: &'static str) {
-        self.deletions.get_or_create(&ResultLabels { result }).inc();
+        self.deletions_by(result, 1);
+    }
+
+    pub fn deletions_by(&self, result: &'static str, count: u64) {
+        self.deletions.get_or_create(&ResultLabels { result }).inc_by(count);
     }
 
     pub fn deletions(&self, result: &'static str) -> u64 {

@@ -110,6 +110,8 @@ impl Pruner {
             return Vec::new();
         }
         let planned = plan(self.records.as_ref(), &self.copies, &self.selector, scope);
+        self.metrics.deletions_by("terminating", planned.terminating as u64);
+        let planned = planned.deletions;
         let pacer = Pacer::new(self.pace);
         let pacer = &pacer;
         let outcomes = futures::stream::iter(planned)

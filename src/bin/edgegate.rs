@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use clap::{Parser, Subcommand};
-use edgegate::decision::{Allowed, Decision, decide};
+use edgegate::decision::{Allowed, Decision, decide, decide_update};
 use edgegate::{CopySelector, RecordState};
 
 #[derive(Parser)]
@@ -29,6 +29,10 @@ enum Command {
     /// Judge one EndpointSlice against one EdgeReachability record, as the webhook would.
     /// Exit 0 allow, 1 deny, 2 error.
     Check {
+        /// The EndpointSlice as stored before the change: judge an UPDATE from it to --slice
+        /// (allowed when --slice is being deleted, or adds no address to what was a copy).
+        #[arg(long)]
+        old: Option<PathBuf>,
         /// EdgeReachability file (YAML or JSON). Without it the namespace has no record.
         #[arg(long)]
         record: Option<PathBuf>,
@@ -57,7 +61,7 @@ fn main() -> ExitCode {
             print!("{}", rbac_yaml(ca_bundle));
             ExitCode::SUCCESS
         }
-        Command::Check { record, slice, copy_selector } => match check(record, &slice, &copy_selector) {
+        Command::Check { old, record, slice, copy_selector } => match check(record, old, &slice, &copy_selector) {
             Ok(code) => code,
             Err(e) => {
                 eprintln!("error: {e:#}");
@@ -91,7 +95,12 @@ fn rbac_yaml(ca_bundle: bool) -> String {
     })
 }
 
-fn check(record: Option<PathBuf>, slice: &PathBuf, selector: &CopySelector) -> anyhow::Result<ExitCode> {
+fn check(
+    record: Option<PathBuf>,
+    old: Option<PathBuf>,
+    slice: &std::path::Path,
+    selector: &CopySelector,
+) -> anyhow::Result<ExitCode> {
     use anyhow::Context;
     let state = match record {
         None => RecordState::Absent,
@@ -106,10 +115,17 @@ fn check(record: Option<PathBuf>, slice: &PathBuf, selector: &CopySelector) -> a
             RecordState::Present(Arc::new(record))
         }
     };
-    let text = std::fs::read_to_string(slice).with_context(|| format!("reading {}", slice.display()))?;
-    let slice: edgegate::Slice =
-        serde_yaml::from_str(&text).with_context(|| format!("{} is not an EndpointSlice", slice.display()))?;
-    Ok(report(&decide(&state, &slice, selector)))
+    let slice = read_slice(slice)?;
+    Ok(match old.as_deref().map(read_slice).transpose()? {
+        Some(old) => report(&decide_update(&state, &old, &slice, selector)),
+        None => report(&decide(&state, &slice, selector)),
+    })
+}
+
+fn read_slice(path: &std::path::Path) -> anyhow::Result<edgegate::Slice> {
+    use anyhow::Context;
+    let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    serde_yaml::from_str(&text).with_context(|| format!("{} is not an EndpointSlice", path.display()))
 }
 
 fn report(decision: &Decision) -> ExitCode {
@@ -120,6 +136,8 @@ fn report(decision: &Decision) -> ExitCode {
                 Allowed::NoAddresses => "the copy carries no address".to_owned(),
                 Allowed::NoRecord => "the namespace has no record; nothing changes until it has one".to_owned(),
                 Allowed::Named(a) => format!("the record names {a}"),
+                Allowed::Terminating => "the copy is being deleted; an UPDATE of it carries nothing new".to_owned(),
+                Allowed::NothingNew => "an UPDATE of a copy that adds no address it did not carry".to_owned(),
             };
             println!("allow: {why}");
             ExitCode::SUCCESS

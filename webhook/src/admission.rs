@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use edgegate::decision::{Decision, decide};
+use edgegate::decision::{Decision, decide, decide_update};
 use edgegate::trim::{Trim, trim};
 use edgegate::{CopySelector, RecordSource, RecordState, Slice};
 use kube::core::DynamicObject;
@@ -75,7 +75,10 @@ impl Admission {
         let namespace = slice.metadata.namespace.as_deref().or(request.namespace.as_deref()).unwrap_or_default();
         let name = slice.metadata.name.as_deref().unwrap_or(&request.name);
         let state = self.source.lookup(namespace);
-        let decision = decide(&state, slice, &self.selector);
+        let decision = match (&request.operation, &request.old_object) {
+            (Operation::Update, Some(old)) => decide_update(&state, old, slice, &self.selector),
+            _ => decide(&state, slice, &self.selector),
+        };
         tracing::debug!(namespace, name, operation = operation_label(&request.operation), dry_run = request.dry_run, decision = ?decision, "reviewed");
         let label = decision.label();
         let response = match (&decision, endpoint, &state) {
