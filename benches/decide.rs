@@ -6,7 +6,7 @@ use std::hint::black_box;
 use std::sync::Arc;
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use edgegate::fixtures::copy;
+use edgegate::core::fixtures::copy;
 use edgegate::{CopySelector, Record, RecordSource, RecordState, RecordStore, decide};
 
 fn addresses(prefix: u32, n: u32) -> Vec<String> {
@@ -15,7 +15,7 @@ fn addresses(prefix: u32, n: u32) -> Vec<String> {
 
 fn decide_benches(c: &mut Criterion) {
     c.bench_function("parse/one IPv6 address", |b| {
-        b.iter(|| black_box("fd30:0:2::0:63").parse::<edgegate::address::Address>().is_ok())
+        b.iter(|| black_box("fd30:0:2::0:63").parse::<edgegate::core::address::Address>().is_ok())
     });
     c.bench_function("parse/one IPv6 address, std", |b| {
         b.iter(|| black_box("fd30:0:2::0:63").parse::<std::net::IpAddr>().is_ok())

@@ -6,10 +6,11 @@ use std::hint::black_box;
 use std::sync::Arc;
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
-use edgegate::copies::{CopyIndex, CopyWriter};
-use edgegate::fixtures::copy;
-use edgegate::plan::{Scope, plan};
-use edgegate::source::follow::WatchSink;
+use edgegate::core::fixtures::copy;
+use edgegate::core::plan::Scope;
+use edgegate::index::copies::{CopyIndex, CopyWriter};
+use edgegate::index::prune::plan;
+use edgegate::index::source::follow::WatchSink;
 use edgegate::{CopySelector, Record, RecordStore};
 
 /// `namespaces` namespaces of 10 copies each; every record names the odd copies' addresses.

@@ -4,15 +4,15 @@
 use std::path::Path;
 use std::str::FromStr;
 
-use crate::address::Address;
+use crate::core::address::Address;
 
 /// Record file parsing, as YAML and as JSON.
 pub fn record_file(data: &[u8]) {
     let text = String::from_utf8_lossy(data);
     for name in ["fuzz.yaml", "fuzz.json"] {
-        if let Ok(records) = crate::source::files::parse_file(Path::new(name), &text) {
+        if let Ok(records) = crate::index::source::files::parse_file(Path::new(name), &text) {
             for r in &records {
-                let record = crate::source::record_of(r);
+                let record = crate::index::source::record_of(r);
                 assert!(record.len() <= r.entries().len());
             }
         }

@@ -1,33 +1,22 @@
-//! edgegate's core: which EndpointSlice copies a federation hub carries.
+//! edgegate: which EndpointSlice copies a federation hub carries.
 //!
-//! Pure logic only — the record type, address normalisation, the decision, the trim and prune
-//! plans, and the record store with the sources that feed it. The webhook and pruner binaries move
-//! data to these functions and back.
+//! Three layers, each importing only the ones above it:
+//! - [`core`]: pure types and functions (the record, addresses, the decision, the plans);
+//! - [`index`]: in-memory indexes fed by watches and files, which the core reads;
+//! - [`runtime`]: what the binaries share at their edges (flags, API client, logs, signals).
+//!
+//! The binaries (`webhook/`, `pruner/`) move data between the API server, the indexes and the core.
 #![forbid(unsafe_code)]
 
-pub mod address;
-pub mod cli;
-pub mod copies;
-pub mod crd;
-pub mod decision;
-#[doc(hidden)]
-pub mod fixtures;
+pub mod core;
 #[doc(hidden)]
 pub mod fuzzing;
-pub mod metrics;
-pub mod plan;
-pub mod rbac;
-pub mod record;
-pub mod selector;
-pub mod slice;
-pub mod source;
-pub mod store;
-pub mod trim;
-pub mod watch;
+pub mod index;
+pub mod runtime;
 
-pub use crate::crd::{EdgeReachability, EdgeReachabilitySpec};
-pub use crate::decision::{Allowed, Decision, Denial, decide};
-pub use crate::record::{Record, RecordState};
-pub use crate::selector::CopySelector;
-pub use crate::slice::Slice;
-pub use crate::store::{RecordSource, RecordStore};
+pub use crate::core::crd::{EdgeReachability, EdgeReachabilitySpec};
+pub use crate::core::decision::{Allowed, Decision, Denial, decide};
+pub use crate::core::record::{Record, RecordState};
+pub use crate::core::selector::CopySelector;
+pub use crate::core::slice::Slice;
+pub use crate::index::store::{RecordSource, RecordStore};

@@ -5,8 +5,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use clap::CommandFactory;
-use edgegate::rbac::{PRUNER, PRUNER_LEASE, Rule, WEBHOOK};
-use serde::Deserialize;
+use edgegate::runtime::rbac::{PRUNER, PRUNER_LEASE, Rule, WEBHOOK};
 use serde_json::{Value, json};
 
 fn repo() -> PathBuf {
@@ -22,10 +21,7 @@ fn render(dir: &Path) -> Vec<Value> {
         Command::new(program).args(words).arg(dir).output().expect("kustomize runs (kubectl or EDGEGATE_KUSTOMIZE)");
     assert!(out.status.success(), "rendering {} failed: {}", dir.display(), String::from_utf8_lossy(&out.stderr));
     let text = String::from_utf8(out.stdout).expect("UTF-8");
-    serde_yaml::Deserializer::from_str(&text)
-        .map(|doc| Value::deserialize(doc).expect("rendered YAML parses"))
-        .filter(|v| !v.is_null())
-        .collect()
+    serde_saphyr::from_multiple::<Value>(&text).expect("rendered YAML parses")
 }
 
 fn dev_overlay() -> Vec<Value> {
@@ -64,7 +60,7 @@ fn assert_webhook_invariants(objects: &[Value]) {
         json!([{"apiGroups": ["discovery.k8s.io"], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"], "resources": ["endpointslices"], "scope": "Namespaced"}])
     );
     // The objectSelector is exactly the binaries' default copy selector.
-    let (key, value) = edgegate::selector::DEFAULT_COPY_SELECTOR.split_once('=').expect("k=v");
+    let (key, value) = edgegate::core::selector::DEFAULT_COPY_SELECTOR.split_once('=').expect("k=v");
     assert_eq!(hook["objectSelector"], json!({"matchLabels": {key: value}}));
     assert_eq!(
         hook["namespaceSelector"],
@@ -187,9 +183,10 @@ fn base_renders_with_the_crd_and_its_invariants() {
     let objects = render(&repo().join("deploy/base"));
     assert_common(&objects);
     let crd = find(&objects, "CustomResourceDefinition", "edgereachabilities.networking.datumapis.com");
-    let kept: Value =
-        serde_yaml::from_str(&std::fs::read_to_string(repo().join("deploy/crd/edgereachabilities.yaml")).expect("crd"))
-            .expect("crd parses");
+    let kept: Value = serde_saphyr::from_str(
+        &std::fs::read_to_string(repo().join("deploy/crd/edgereachabilities.yaml")).expect("crd"),
+    )
+    .expect("crd parses");
     assert_eq!(crd["spec"], kept["spec"], "deploy/base carries deploy/crd unchanged");
 }
 
@@ -264,13 +261,13 @@ fn karmada_hub_overlay_registers_the_webhook_by_url_with_exact_rbac() {
     assert_eq!(hook["clientConfig"], json!({"url": "https://edgegate-webhook.edgegate-system.svc:443/validate"}));
     assert_eq!(hook["failurePolicy"], "Fail");
     assert!(hook["timeoutSeconds"].as_u64().is_some_and(|t| t <= 5));
-    let (key, value) = edgegate::selector::DEFAULT_COPY_SELECTOR.split_once('=').expect("k=v");
+    let (key, value) = edgegate::core::selector::DEFAULT_COPY_SELECTOR.split_once('=').expect("k=v");
     assert_eq!(hook["objectSelector"], json!({"matchLabels": {key: value}}));
     assert_eq!(rules_of(find(&objects, "ClusterRole", "edgegate-webhook")), expected(WEBHOOK));
     assert_eq!(rules_of(find(&objects, "ClusterRole", "edgegate-pruner")), expected(PRUNER));
     assert_eq!(rules_of(find(&objects, "Role", "edgegate-pruner-lease")), expected(&[PRUNER_LEASE]));
     let ca_role = find(&objects, "ClusterRole", "edgegate-webhook-ca-bundle");
-    let rule = edgegate::rbac::WEBHOOK_CA_BUNDLE;
+    let rule = edgegate::runtime::rbac::WEBHOOK_CA_BUNDLE;
     assert_eq!(
         ca_role["rules"],
         json!([{"apiGroups": [rule.group], "resources": [rule.resource], "resourceNames": rule.names, "verbs": rule.verbs}])

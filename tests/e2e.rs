@@ -428,7 +428,7 @@ async fn karmada_hub_ca_bundle_follows_rotation_without_failed_admissions() {
     let port = free_port();
     // The configuration as deploy/overlays/karmada-hub/hub has it (by url), with a stale caBundle.
     let text = std::fs::read_to_string(repo().join("deploy/base/admission/validating-webhook.yaml")).expect("vwc");
-    let mut vwc: serde_json::Value = serde_yaml::from_str(&text).expect("vwc parses");
+    let mut vwc: serde_json::Value = serde_saphyr::from_str(&text).expect("vwc parses");
     let stale = std::fs::read(cp.dir.join("ca.crt")).expect("some other CA");
     vwc["webhooks"][0]["clientConfig"] =
         json!({"url": format!("https://127.0.0.1:{port}/validate"), "caBundle": base64(&stale)});

@@ -4,8 +4,8 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use edgegate::copies::CopyIndex;
-use edgegate::plan::Scope;
+use edgegate::core::plan::Scope;
+use edgegate::index::copies::CopyIndex;
 use edgegate::{CopySelector, RecordStore};
 use edgegate_pruner::metrics::Metrics;
 use edgegate_pruner::pruner::{Outcome, Pruner};
@@ -229,7 +229,7 @@ async fn deletes_only_the_unnamed_copy_with_preconditions_and_an_event() {
     for call in &log {
         let (group, resource, verb) = rbac_of(call);
         assert!(
-            edgegate::rbac::allows(edgegate::rbac::PRUNER, &group, &resource, verb),
+            edgegate::runtime::rbac::allows(edgegate::runtime::rbac::PRUNER, &group, &resource, verb),
             "{call:?} is not in rbac::PRUNER"
         );
     }
@@ -317,9 +317,9 @@ async fn a_conflict_is_absorbed() {
 
 /// A pruner whose caches are filled by hand, for single passes.
 fn pruner_with(records: Vec<Value>, copies: Vec<Value>, pace: Duration) -> (Pruner, Log, Arc<RecordStore>) {
-    use edgegate::copies::CopyWriter;
-    use edgegate::source::follow::WatchSink;
-    use edgegate::source::kubernetes::{OnWatchError, StoreWriter};
+    use edgegate::index::copies::CopyWriter;
+    use edgegate::index::source::follow::WatchSink;
+    use edgegate::index::source::kubernetes::{OnWatchError, StoreWriter};
     let (mock, handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
     let scenario = Scenario { records: Some(vec![]), copies: copies.clone(), delete_status: 200 };
     let log = serve(handle, scenario);

@@ -43,6 +43,7 @@ fn record_naming_none_denies_with_namespace_and_addresses() {
     let response = webhook.validate(&copy_create());
     assert_eq!(response["status"]["reason"], "Forbidden");
     assert!(webhook.log().contains("copy not carried"), "a denial is logged at info");
+    assert!(!webhook.log().contains('\u{1b}'), "no colour codes in a log that is no terminal");
 }
 
 #[test]

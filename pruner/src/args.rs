@@ -1,12 +1,11 @@
 //! Command-line flags, each with an `EDGEGATE_` environment fallback.
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Parser;
 use edgegate::CopySelector;
-use edgegate::cli::{LogFormat, parse_duration};
+use edgegate::runtime::flags::{HubArgs, LogFormat, parse_duration};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -19,13 +18,8 @@ pub struct Args {
     #[arg(long, env = "EDGEGATE_LISTEN", default_value = "0.0.0.0:8080")]
     pub listen: SocketAddr,
 
-    /// Kubeconfig for the hub. Without it: in-cluster config, then ~/.kube/config.
-    #[arg(long, env = "EDGEGATE_KUBECONFIG")]
-    pub kubeconfig: Option<PathBuf>,
-
-    /// Kubeconfig context to use, with --kubeconfig.
-    #[arg(long, env = "EDGEGATE_CONTEXT")]
-    pub context: Option<String>,
+    #[command(flatten)]
+    pub hub: HubArgs,
 
     /// Re-check every namespace this often, besides the pass each record change triggers.
     #[arg(long, env = "EDGEGATE_RESYNC", value_parser = parse_duration, default_value = "60s")]
@@ -40,11 +34,11 @@ pub struct Args {
     pub max_deletes_per_second: f64,
 
     /// Label selector that identifies copies; nothing else is ever listed, judged or deleted.
-    #[arg(long, env = "EDGEGATE_COPY_SELECTOR", default_value = edgegate::selector::DEFAULT_COPY_SELECTOR)]
+    #[arg(long, env = "EDGEGATE_COPY_SELECTOR", default_value = edgegate::core::selector::DEFAULT_COPY_SELECTOR)]
     pub copy_selector: CopySelector,
 
     /// Only EdgeReachability records with this name count; others are ignored and counted.
-    #[arg(long, env = "EDGEGATE_RECORD_NAME", default_value = edgegate::store::DEFAULT_RECORD_NAME)]
+    #[arg(long, env = "EDGEGATE_RECORD_NAME", default_value = edgegate::index::store::DEFAULT_RECORD_NAME)]
     pub record_name: String,
 
     /// Name of the coordination.k8s.io/v1 Lease that elects the one replica that deletes.

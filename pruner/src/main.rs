@@ -7,10 +7,5 @@ use edgegate_pruner::{args, run};
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
     let args = args::Args::parse();
-    edgegate::cli::init_tracing(args.log_format);
-    if let Err(error) = run::run(args).await {
-        tracing::error!(error = format!("{error:#}"), "edgegate-pruner failed");
-        return std::process::ExitCode::FAILURE;
-    }
-    std::process::ExitCode::SUCCESS
+    edgegate::runtime::process::main("edgegate-pruner", args.log_format, run::run(args)).await
 }

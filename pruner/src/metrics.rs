@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use edgegate::metrics::{ResultLabels, registered};
+use edgegate::runtime::metrics::{ResultLabels, registered};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
@@ -58,7 +58,7 @@ impl Metrics {
     }
 
     pub fn encode(&self) -> String {
-        edgegate::metrics::encode(&self.registry)
+        edgegate::runtime::metrics::encode(&self.registry)
     }
 }
 

@@ -5,9 +5,10 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use edgegate::copies::CopyIndex;
-use edgegate::plan::{Deletion, Scope, deletion, plan};
-use edgegate::source::kubernetes::Change;
+use edgegate::core::plan::{Deletion, Scope, deletion};
+use edgegate::index::copies::CopyIndex;
+use edgegate::index::prune::plan;
+use edgegate::index::source::kubernetes::Change;
 use edgegate::{CopySelector, RecordSource, RecordStore, Slice};
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::api::{DeleteParams, Preconditions};

@@ -8,9 +8,9 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use axum::routing::get;
-use edgegate::copies::{CopyIndex, CopyWriter};
-use edgegate::source::follow::follow;
-use edgegate::source::kubernetes::{OnWatchError, StoreWriter};
+use edgegate::index::copies::{CopyIndex, CopyWriter};
+use edgegate::index::source::follow::follow;
+use edgegate::index::source::kubernetes::{OnWatchError, StoreWriter};
 use edgegate::{EdgeReachability, RecordSource, RecordStore, Slice};
 use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::watcher;
@@ -24,7 +24,7 @@ use crate::pruner::Pruner;
 
 pub async fn run(args: Args) -> anyhow::Result<()> {
     let _ = rustls::crypto::ring::default_provider().install_default();
-    let client = edgegate::cli::kube_client(args.kubeconfig.as_deref(), args.context.as_deref()).await?;
+    let client = edgegate::runtime::hub::hub_client(&args.hub).await?;
     let shutdown = CancellationToken::new();
     let identity = args.identity.clone().unwrap_or_else(|| format!("edgegate-pruner-{}", std::process::id()));
     let (changes_tx, changes) = mpsc::unbounded_channel();
@@ -50,7 +50,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     });
     let on_signal = shutdown.clone();
     tokio::spawn(async move {
-        edgegate::cli::shutdown_signal().await;
+        edgegate::runtime::process::shutdown_signal().await;
         on_signal.cancel();
     });
     let pace = if args.max_deletes_per_second > 0.0 {
@@ -83,7 +83,7 @@ pub fn start_watches(
     selector: &edgegate::CopySelector,
     records: &Arc<RecordStore>,
     copies: &Arc<CopyIndex>,
-    changes: mpsc::UnboundedSender<edgegate::source::kubernetes::Change>,
+    changes: mpsc::UnboundedSender<edgegate::index::source::kubernetes::Change>,
 ) -> Vec<tokio::task::JoinHandle<()>> {
     let mut record_writer = StoreWriter::new(Arc::clone(records), OnWatchError::Unsync).with_changes(changes.clone());
     let record_api: Api<EdgeReachability> = Api::all(client.clone());

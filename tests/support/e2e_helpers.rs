@@ -33,7 +33,7 @@ pub fn free_port() -> u16 {
 
 pub async fn install_crd(client: &Client) {
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    let crd = edgegate::crd::crd();
+    let crd = edgegate::core::crd::crd();
     match crds.create(&PostParams::default(), &crd).await {
         Ok(_) => {}
         Err(kube::Error::Api(s)) if s.code == 409 => {}
@@ -214,7 +214,7 @@ pub fn counter(text: &str, series: &str) -> u64 {
 /// and scoped to namespaces labelled `edgegate-e2e=<scope>` so other tests are not affected.
 pub async fn register_webhook(client: &Client, port: u16, scope: &str) {
     let text = std::fs::read_to_string(repo().join("deploy/base/admission/validating-webhook.yaml")).expect("vwc");
-    let mut vwc: serde_json::Value = serde_yaml::from_str(&text).expect("vwc parses");
+    let mut vwc: serde_json::Value = serde_saphyr::from_str(&text).expect("vwc parses");
     let ca = std::fs::read(dev_certs().join("ca.crt")).expect("ca");
     let hook = &mut vwc["webhooks"][0];
     hook["clientConfig"] = json!({"url": format!("https://127.0.0.1:{port}/validate"), "caBundle": base64(&ca)});

@@ -4,8 +4,8 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use edgegate::decision::{Decision, decide, decide_update};
-use edgegate::trim::{Trim, trim};
+use edgegate::core::decision::{Decision, decide, decide_update};
+use edgegate::core::trim::{Trim, trim};
 use edgegate::{CopySelector, RecordSource, RecordState, Slice};
 use kube::core::DynamicObject;
 use kube::core::Status;

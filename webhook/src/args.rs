@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
 use edgegate::CopySelector;
-use edgegate::cli::{LogFormat, parse_duration};
+use edgegate::runtime::flags::{HubArgs, LogFormat, parse_duration};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -47,13 +47,8 @@ pub struct Args {
     #[arg(long, env = "EDGEGATE_MAX_STALENESS", value_parser = parse_duration, default_value = "5m")]
     pub max_staleness: Duration,
 
-    /// Kubeconfig for the hub, with --kubernetes. Without it: in-cluster config, then ~/.kube/config.
-    #[arg(long, env = "EDGEGATE_KUBECONFIG")]
-    pub kubeconfig: Option<PathBuf>,
-
-    /// Kubeconfig context to use, with --kubeconfig.
-    #[arg(long, env = "EDGEGATE_CONTEXT")]
-    pub context: Option<String>,
+    #[command(flatten)]
+    pub hub: HubArgs,
 
     /// Keep the caBundle of this ValidatingWebhookConfiguration (on the cluster --kubeconfig names)
     /// equal to the CA of the served certificate, at start and around every rotation. For API
@@ -77,11 +72,11 @@ pub struct Args {
     pub ca_bundle_keep_old: Duration,
 
     /// Only EdgeReachability records with this name count; others are ignored and counted.
-    #[arg(long, env = "EDGEGATE_RECORD_NAME", default_value = edgegate::store::DEFAULT_RECORD_NAME)]
+    #[arg(long, env = "EDGEGATE_RECORD_NAME", default_value = edgegate::index::store::DEFAULT_RECORD_NAME)]
     pub record_name: String,
 
     /// Label selector that identifies copies; every other EndpointSlice passes unjudged.
-    #[arg(long, env = "EDGEGATE_COPY_SELECTOR", default_value = edgegate::selector::DEFAULT_COPY_SELECTOR)]
+    #[arg(long, env = "EDGEGATE_COPY_SELECTOR", default_value = edgegate::core::selector::DEFAULT_COPY_SELECTOR)]
     pub copy_selector: CopySelector,
 
     /// deny: refuse unserved copies. warn: admit them with a warning (for a first rollout).

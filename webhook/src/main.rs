@@ -8,10 +8,5 @@ use edgegate_webhook::{args, run};
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
     let args = args::Args::parse();
-    edgegate::cli::init_tracing(args.log_format);
-    if let Err(error) = run::run(args).await {
-        tracing::error!(error = format!("{error:#}"), "edgegate-webhook failed");
-        return std::process::ExitCode::FAILURE;
-    }
-    std::process::ExitCode::SUCCESS
+    edgegate::runtime::process::main("edgegate-webhook", args.log_format, run::run(args)).await
 }

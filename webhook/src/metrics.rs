@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use edgegate::RecordSource;
-use edgegate::metrics::{ResultLabels, registered};
+use edgegate::runtime::metrics::{ResultLabels, registered};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -94,7 +94,7 @@ impl Metrics {
         self.invalid_entries.set(as_i64(stats.invalid_entries));
         self.ignored_records.set(as_i64(stats.ignored_records));
         self.synced.set(i64::from(source.synced()));
-        edgegate::metrics::encode(&self.registry)
+        edgegate::runtime::metrics::encode(&self.registry)
     }
 }
 

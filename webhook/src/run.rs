@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use anyhow::Context;
-use edgegate::source::files::FileSource;
+use edgegate::index::source::files::FileSource;
 use edgegate::{RecordSource, RecordStore};
 use tokio_util::sync::CancellationToken;
 
@@ -34,7 +34,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let mut reloader =
         CertReloader::new(cert.clone(), key, Arc::clone(&metrics)).context("loading the serving certificate")?;
     if let Some(name) = &args.ca_bundle_for {
-        let client = edgegate::cli::kube_client(args.kubeconfig.as_deref(), args.context.as_deref()).await?;
+        let client = edgegate::runtime::hub::hub_client(&args.hub).await?;
         let keeper = CaBundleKeeper::new(client, name.clone(), args.ca_bundle_settle, args.ca_bundle_keep_old);
         let ca_file = args.ca_file.clone().unwrap_or_else(|| cert.with_file_name("ca.crt"));
         reloader = reloader.with_ca_bundle(ca_file, keeper)?;
@@ -65,7 +65,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     }
     let on_signal = shutdown.clone();
     tokio::spawn(async move {
-        edgegate::cli::shutdown_signal().await;
+        edgegate::runtime::process::shutdown_signal().await;
         on_signal.cancel();
     });
     let app = crate::server::routes(admission, args.max_body_bytes, args.serve_ceiling);
@@ -81,13 +81,13 @@ async fn start_record_source(
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
     if args.kubernetes {
-        let client = edgegate::cli::kube_client(args.kubeconfig.as_deref(), args.context.as_deref()).await?;
+        let client = edgegate::runtime::hub::hub_client(&args.hub).await?;
         let api = kube::Api::<edgegate::EdgeReachability>::all(client);
-        let writer = edgegate::source::kubernetes::StoreWriter::new(
+        let writer = edgegate::index::source::kubernetes::StoreWriter::new(
             store,
-            edgegate::source::kubernetes::OnWatchError::KeepServing,
+            edgegate::index::source::kubernetes::OnWatchError::KeepServing,
         );
-        tokio::spawn(edgegate::source::kubernetes::run(api, writer));
+        tokio::spawn(edgegate::index::source::kubernetes::run(api, writer));
         return Ok(());
     }
     let source = FileSource::new(args.records_dir.clone(), store);

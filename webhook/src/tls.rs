@@ -15,7 +15,7 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
 use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
 
-use edgegate::watch::FileStamp;
+use edgegate::index::fs_watch::FileStamp;
 
 use crate::ca_bundle::CaBundleKeeper;
 use crate::metrics::Metrics;
@@ -190,7 +190,7 @@ impl CertReloader {
     /// Reload on every change in the certificate's directory, and check every second regardless
     /// (a mounted Secret is updated by swapping a symlink, which not every watcher reports).
     pub async fn watch(mut self, shutdown: tokio_util::sync::CancellationToken) {
-        let mut changes = edgegate::watch::DirChanges::new();
+        let mut changes = edgegate::index::fs_watch::DirChanges::new();
         for dir in [self.cert.parent(), self.key.parent()].into_iter().flatten() {
             changes.watch(dir);
         }

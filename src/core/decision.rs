@@ -12,9 +12,9 @@
 //! Every doubt resolves toward keeping what is published: withdrawing a route for a pod that still
 //! serves black-holes live traffic, while a route nothing uses costs one table entry.
 
-use crate::record::{Record, RecordState};
-use crate::selector::CopySelector;
-use crate::slice::Slice;
+use crate::core::record::{Record, RecordState};
+use crate::core::selector::CopySelector;
+use crate::core::slice::Slice;
 
 /// Why a slice is allowed.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -165,7 +165,7 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
-    use crate::fixtures::{copy, not_copy, terminating};
+    use crate::core::fixtures::{copy, not_copy, terminating};
 
     fn present(entries: &[&str]) -> RecordState {
         RecordState::Present(Arc::new(Record::from_entries(entries.iter().copied())))

@@ -8,9 +8,9 @@ use std::sync::{Arc, RwLock};
 
 use kube::runtime::watcher;
 
-use crate::slice::Slice;
-use crate::source::follow::WatchSink;
-use crate::source::kubernetes::Change;
+use crate::core::slice::Slice;
+use crate::index::source::follow::WatchSink;
+use crate::index::source::kubernetes::Change;
 
 type ByNamespace = HashMap<String, BTreeMap<String, Arc<Slice>>>;
 
@@ -125,7 +125,7 @@ impl WatchSink<Slice> for CopyWriter {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fixtures::copy;
+    use crate::core::fixtures::copy;
 
     #[test]
     fn indexes_by_namespace_and_unsyncs_on_error() {

@@ -3,7 +3,7 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 
-use crate::address::{Address, AddressError, ip_key, parse_hex_ipv6};
+use crate::core::address::{Address, AddressError, ip_key, parse_hex_ipv6};
 
 type FastSet<T> = HashSet<T, foldhash::fast::RandomState>;
 

@@ -12,9 +12,9 @@ use kube::runtime::watcher;
 use kube::{Api, ResourceExt};
 
 use super::follow::{WatchSink, follow};
-use crate::crd::EdgeReachability;
-use crate::record::Record;
-use crate::store::RecordStore;
+use crate::core::crd::EdgeReachability;
+use crate::core::record::Record;
+use crate::index::store::RecordStore;
 
 /// Records gathered during a (re-)list, and the `namespace/name`s ignored for their name.
 type Relisting = (HashMap<String, Arc<Record>>, HashSet<String>);
@@ -158,8 +158,8 @@ mod tests {
     use kube::client::Body;
 
     use super::*;
-    use crate::record::RecordState;
-    use crate::store::{DEFAULT_RECORD_NAME, RecordSource};
+    use crate::core::record::RecordState;
+    use crate::index::store::{DEFAULT_RECORD_NAME, RecordSource};
 
     fn record(ns: &str, name: &str, addresses: &[&str]) -> serde_json::Value {
         serde_json::json!({

@@ -15,10 +15,10 @@ use std::time::Duration;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::Deserialize;
 
-use crate::crd::{EdgeReachability, EdgeReachabilitySpec};
-use crate::record::Record;
-use crate::store::RecordStore;
-use crate::watch::FileStamp;
+use crate::core::crd::{EdgeReachability, EdgeReachabilitySpec};
+use crate::core::record::Record;
+use crate::index::fs_watch::FileStamp;
+use crate::index::store::RecordStore;
 
 const API_VERSION: &str = "networking.datumapis.com/v1alpha";
 const BACKSTOP_RESCAN: Duration = Duration::from_secs(1);
@@ -91,10 +91,10 @@ impl Document {
                     ));
                 }
                 let spec = self.spec.unwrap_or_default();
-                if spec.addresses.as_ref().is_some_and(|a| a.len() > crate::crd::MAX_RECORD_ADDRESSES) {
+                if spec.addresses.as_ref().is_some_and(|a| a.len() > crate::core::crd::MAX_RECORD_ADDRESSES) {
                     return Err(format!(
                         "EdgeReachability names more than {} addresses",
-                        crate::crd::MAX_RECORD_ADDRESSES
+                        crate::core::crd::MAX_RECORD_ADDRESSES
                     ));
                 }
                 out.push(EdgeReachability::new(self.metadata, spec));
@@ -107,34 +107,33 @@ impl Document {
 }
 
 fn parse_yaml(path: &Path, text: &str) -> Result<Vec<(usize, Document)>, FileError> {
+    let docs: Vec<Document> = serde_saphyr::from_multiple(text).map_err(|e| FileError {
+        path: path.to_owned(),
+        line: e.location().map_or(1, |l| usize::try_from(l.line()).unwrap_or(usize::MAX).max(1)),
+        message: e.to_string(),
+    })?;
+    // Empty documents are skipped by the parser and by `document_start_lines` alike.
     let starts = document_start_lines(text);
-    let mut docs = Vec::new();
-    for (i, de) in serde_yaml::Deserializer::from_str(text).enumerate() {
-        let start = starts.get(i).copied().unwrap_or(1);
-        let value = serde_yaml::Value::deserialize(de).map_err(|e| yaml_error(path, start, &e))?;
-        if value.is_null() {
-            continue; // an empty document, as `---` at the end of a file makes
-        }
-        let doc = serde_yaml::from_value(value).map_err(|e| yaml_error(path, start, &e))?;
-        docs.push((start, doc));
-    }
-    Ok(docs)
+    Ok(docs.into_iter().enumerate().map(|(i, doc)| (starts.get(i).copied().unwrap_or(1), doc)).collect())
 }
 
-fn yaml_error(path: &Path, doc_start: usize, e: &serde_yaml::Error) -> FileError {
-    FileError { path: path.to_owned(), line: e.location().map_or(doc_start, |l| l.line()), message: e.to_string() }
-}
-
-/// The 1-based line each YAML document starts on, for errors that carry no location.
+/// The 1-based line each non-empty YAML document starts on, for errors found after parsing.
 fn document_start_lines(text: &str) -> Vec<usize> {
-    let mut starts = vec![1];
+    let mut starts = Vec::new();
+    let mut current: Option<usize> = None; // first content line of the document being read
     for (i, line) in text.lines().enumerate() {
-        if line.starts_with("---") && i > 0 {
-            starts.push(i + 2);
-        } else if line.starts_with("---") {
-            starts[0] = 2;
+        let line_no = i + 1;
+        if line.starts_with("---") {
+            starts.extend(current.take());
+            let inline = line[3..].trim();
+            if !inline.is_empty() && !inline.starts_with('#') {
+                current = Some(line_no);
+            }
+        } else if current.is_none() && !line.trim().is_empty() && !line.trim_start().starts_with('#') {
+            current = Some(line_no);
         }
     }
+    starts.extend(current);
     starts
 }
 
@@ -200,7 +199,7 @@ impl FileSource {
     }
 
     fn store_synced(&self) -> bool {
-        use crate::store::RecordSource;
+        use crate::index::store::RecordSource;
         self.store.synced()
     }
 
@@ -273,7 +272,7 @@ impl FileSource {
 
     /// Rescan on every change in the directory (and once a second regardless) until `shutdown`.
     pub async fn watch(mut self, shutdown: impl std::future::Future<Output = ()>) {
-        let mut changes = crate::watch::DirChanges::new();
+        let mut changes = crate::index::fs_watch::DirChanges::new();
         let mut watching = false;
         tokio::pin!(shutdown);
         loop {
@@ -308,8 +307,8 @@ fn list_record_files(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::record::RecordState;
-    use crate::store::{DEFAULT_RECORD_NAME, RecordSource};
+    use crate::core::record::RecordState;
+    use crate::index::store::{DEFAULT_RECORD_NAME, RecordSource};
 
     const TWO_DOCS: &str = "\
 apiVersion: networking.datumapis.com/v1alpha

@@ -1,4 +1,4 @@
-//! Writers that feed a [`RecordStore`](crate::store::RecordStore): record files on disk (the
+//! Writers that feed a [`RecordStore`](crate::index::store::RecordStore): record files on disk (the
 //! embedded default) or a watch on the hub's EdgeReachability resources.
 
 pub mod files;
@@ -8,8 +8,8 @@ pub mod kubernetes;
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use crate::crd::EdgeReachability;
-use crate::record::Record;
+use crate::core::crd::EdgeReachability;
+use crate::core::record::Record;
 
 /// Normalise one resource into the record the store keeps.
 pub fn record_of(resource: &EdgeReachability) -> Record {

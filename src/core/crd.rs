@@ -131,8 +131,8 @@ pub fn crd() -> k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::
 }
 
 /// The CRD as YAML, the text `edgegate crd` prints and `deploy/crd/` keeps.
-pub fn crd_yaml() -> Result<String, serde_yaml::Error> {
-    serde_yaml::to_string(&crd())
+pub fn crd_yaml() -> Result<String, serde_saphyr::ser_error::Error> {
+    serde_saphyr::to_string(&crd())
 }
 
 #[cfg(test)]
@@ -141,7 +141,7 @@ mod tests {
 
     #[test]
     fn reads_records_as_the_producer_writes_them() {
-        let full: EdgeReachability = serde_yaml::from_str(
+        let full: EdgeReachability = serde_saphyr::from_str(
             "apiVersion: networking.datumapis.com/v1alpha\nkind: EdgeReachability\n\
              metadata: {name: default, namespace: ns-a}\nspec: {addresses: [fd00::7, 10.0.3.7]}\n",
         )
@@ -152,7 +152,7 @@ mod tests {
                 "apiVersion: networking.datumapis.com/v1alpha\nkind: EdgeReachability\n\
                  metadata: {{name: default, namespace: ns-a}}\n{partial}"
             );
-            let record: EdgeReachability = serde_yaml::from_str(&text).expect("partial record");
+            let record: EdgeReachability = serde_saphyr::from_str(&text).expect("partial record");
             assert!(record.entries().is_empty());
         }
         let written = serde_json::to_value(&full).expect("serialises");

@@ -27,7 +27,7 @@ pub trait WatchSink<K> {
 
 /// How long one watch request lasts before the API server ends it and the watcher starts the
 /// next one from where it was (no re-list). Shorter than the client's read timeout
-/// ([`crate::cli::API_READ_TIMEOUT`]), so only a dead connection is ever timed out.
+/// ([`crate::runtime::hub::API_READ_TIMEOUT`]), so only a dead connection is ever timed out.
 pub const WATCH_TIMEOUT_SECS: u32 = 10;
 
 const FIRST_BACKOFF: Duration = Duration::from_millis(500);

@@ -5,12 +5,10 @@
 //! an unreadable record or an unsynced cache of either kind: nothing. A copy already being deleted
 //! (`deletionTimestamp` set) is not deleted again: it is only counted.
 
-use crate::copies::CopyIndex;
-use crate::decision::{Decision, decide};
-use crate::record::RecordState;
-use crate::selector::CopySelector;
-use crate::slice::Slice;
-use crate::store::RecordSource;
+use super::decision::{Decision, decide};
+use super::record::RecordState;
+use super::selector::CopySelector;
+use super::slice::Slice;
 
 /// One copy to delete, with the preconditions that make sure it is the copy that was judged.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -83,36 +81,13 @@ pub fn deletion(state: &RecordState, copy: &Slice, selector: &CopySelector) -> O
     }
 }
 
-/// The plan of a pass over `scope`; nothing unless both caches are synced.
-pub fn plan(records: &dyn RecordSource, copies: &CopyIndex, selector: &CopySelector, scope: &Scope) -> Plan {
-    let mut plan = Plan::default();
-    if !records.synced() || !copies.synced() {
-        return plan;
-    }
-    let namespaces = match scope {
-        Scope::Namespace(ns) => vec![ns.clone()],
-        Scope::All => records.namespaces(),
-    };
-    for ns in &namespaces {
-        let in_ns = copies.in_namespace(ns);
-        let part = plan_namespace(&records.lookup(ns), in_ns.iter().map(AsRef::as_ref), selector);
-        plan.deletions.extend(part.deletions);
-        plan.terminating += part.terminating;
-    }
-    plan
-}
-
 #[cfg(test)]
 mod tests {
-    use std::collections::HashMap;
     use std::sync::Arc;
 
     use super::*;
-    use crate::copies::CopyWriter;
-    use crate::fixtures::{copy, not_copy, terminating};
-    use crate::record::Record;
-    use crate::source::follow::WatchSink;
-    use crate::store::RecordStore;
+    use crate::core::fixtures::{copy, not_copy, terminating};
+    use crate::core::record::Record;
 
     fn present(entries: &[&str]) -> RecordState {
         RecordState::Present(Arc::new(Record::from_entries(entries.iter().copied())))
@@ -173,61 +148,5 @@ mod tests {
                 addresses: vec!["fd00::9".into(), "fd00::a".into()],
             }]
         );
-    }
-
-    fn world(synced_copies: bool) -> (RecordStore, Arc<CopyIndex>) {
-        let records = RecordStore::new("default");
-        let mut snapshot = HashMap::new();
-        snapshot.insert("withdrawn".to_owned(), Arc::new(Record::default()));
-        records.replace_all(snapshot, 0);
-        let copies = Arc::new(CopyIndex::default());
-        let mut writer = CopyWriter::new(Arc::clone(&copies));
-        writer.relist_started();
-        writer.listed(copy("withdrawn", "a", &["fd00::1"]));
-        writer.listed(copy("no-record", "b", &["fd00::2"]));
-        if synced_copies {
-            writer.relist_done();
-        }
-        (records, copies)
-    }
-
-    #[test]
-    fn plan_over_scopes_and_sync() {
-        let sel = CopySelector::default();
-        let (records, copies) = world(true);
-        assert_eq!(names(&plan(&records, &copies, &sel, &Scope::All)), ["a"]);
-        assert_eq!(names(&plan(&records, &copies, &sel, &Scope::Namespace("withdrawn".into()))), ["a"]);
-        assert_eq!(plan(&records, &copies, &sel, &Scope::Namespace("no-record".into())), Plan::default());
-        // Record deleted: the namespace is back to no record; nothing is deleted.
-        records.remove("withdrawn");
-        assert_eq!(plan(&records, &copies, &sel, &Scope::All), Plan::default());
-
-        let (records, unsynced_copies) = world(false);
-        assert_eq!(plan(&records, &unsynced_copies, &sel, &Scope::All), Plan::default(), "copies not synced");
-        let (records, copies) = world(true);
-        records.set_synced(false);
-        assert_eq!(plan(&records, &copies, &sel, &Scope::All), Plan::default(), "records not synced");
-    }
-
-    #[test]
-    fn records_not_named_default_are_ignored() {
-        let records = Arc::new(RecordStore::new("default"));
-        let mut writer = crate::source::kubernetes::StoreWriter::new(
-            Arc::clone(&records),
-            crate::source::kubernetes::OnWatchError::Unsync,
-        );
-        writer.relist_started();
-        let other: crate::EdgeReachability = serde_json::from_value(serde_json::json!({
-            "metadata": {"name": "other", "namespace": "ns"}, "spec": {"addresses": []}
-        }))
-        .expect("record");
-        writer.listed(other);
-        writer.relist_done();
-        let copies = Arc::new(CopyIndex::default());
-        let mut copy_writer = CopyWriter::new(Arc::clone(&copies));
-        copy_writer.relist_started();
-        copy_writer.listed(copy("ns", "a", &["fd00::1"]));
-        copy_writer.relist_done();
-        assert_eq!(plan(records.as_ref(), &copies, &CopySelector::default(), &Scope::All), Plan::default());
     }
 }

@@ -3,8 +3,8 @@
 use json_patch::jsonptr::PointerBuf;
 use json_patch::{AddOperation, Patch, PatchOperation, RemoveOperation};
 
-use crate::record::Record;
-use crate::slice::Slice;
+use crate::core::record::Record;
+use crate::core::slice::Slice;
 
 /// Annotation that says how many endpoints edgegate trimmed from a copy.
 pub const TRIMMED_ANNOTATION: &str = "networking.datumapis.com/edgegate-trimmed-endpoints";
@@ -59,7 +59,7 @@ pub fn trim(record: &Record, slice: &Slice) -> Trim {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fixtures::copy;
+    use crate::core::fixtures::copy;
 
     fn apply(slice: &Slice, patch: &Patch) -> Slice {
         let mut doc = serde_json::to_value(slice).expect("serialises");

@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
-use crate::record::{Record, RecordState};
+use crate::core::record::{Record, RecordState};
 
 /// The name every record carries; records with other names are ignored, as the write-back does.
 pub const DEFAULT_RECORD_NAME: &str = "default";

@@ -4,9 +4,9 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
-use crate::slice::{Endpoint, Slice};
+use crate::core::slice::{Endpoint, Slice};
 
-use crate::selector::DEFAULT_COPY_SELECTOR;
+use crate::core::selector::DEFAULT_COPY_SELECTOR;
 
 /// An EndpointSlice with one endpoint per address, labelled as a copy by the default selector.
 pub fn copy(namespace: &str, name: &str, addresses: &[&str]) -> Slice {

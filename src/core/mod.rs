@@ -1,0 +1,14 @@
+//! The pure core: the record and slice types, address normalisation, the decision, and the trim
+//! and prune plans. No I/O and no API calls: each function maps values to values and is
+//! table-tested.
+
+pub mod address;
+pub mod crd;
+pub mod decision;
+#[doc(hidden)]
+pub mod fixtures;
+pub mod plan;
+pub mod record;
+pub mod selector;
+pub mod slice;
+pub mod trim;

@@ -1,0 +1,52 @@
+//! Flags the binaries share: duration values, the hub's kubeconfig, the log format.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// `500ms`, `10s`, `2m`, or a bare number of seconds.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let (number, unit) = s.find(|c: char| !c.is_ascii_digit() && c != '.').map_or((s, "s"), |i| s.split_at(i));
+    let value: f64 = number.parse().map_err(|_| format!("{s:?} is not a duration like 500ms, 10s or 2m"))?;
+    let seconds = match unit {
+        "ms" => value / 1000.0,
+        "s" => value,
+        "m" => value * 60.0,
+        _ => return Err(format!("{s:?}: unit must be ms, s or m")),
+    };
+    Duration::try_from_secs_f64(seconds).map_err(|e| format!("{s:?}: {e}"))
+}
+
+/// `--kubeconfig` and `--context`: which API server is the hub.
+#[derive(Clone, Debug, Default, clap::Args)]
+pub struct HubArgs {
+    /// Kubeconfig for the hub. Without it: in-cluster config, then ~/.kube/config.
+    #[arg(long, env = "EDGEGATE_KUBECONFIG")]
+    pub kubeconfig: Option<PathBuf>,
+
+    /// Kubeconfig context to use, with --kubeconfig.
+    #[arg(long, env = "EDGEGATE_CONTEXT")]
+    pub context: Option<String>,
+}
+
+/// `--log-format`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("10s"), Ok(Duration::from_secs(10)));
+        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        assert_eq!(parse_duration("3"), Ok(Duration::from_secs(3)));
+        assert!(parse_duration("soon").is_err());
+        assert!(parse_duration("5h").is_err());
+    }
+}

@@ -1,0 +1,50 @@
+//! A binary's life: logs set up, run, a failure logged with its context chain, SIGTERM heard.
+
+use std::future::Future;
+use std::io::IsTerminal;
+use std::process::ExitCode;
+
+use super::flags::LogFormat;
+
+/// Set up logs in `format`, run `run`, and turn its result into the exit code, logging a failure
+/// with its whole context chain. Each binary's `main` is this one call.
+pub async fn main(name: &str, format: LogFormat, run: impl Future<Output = anyhow::Result<()>>) -> ExitCode {
+    init_tracing(format);
+    match run.await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            tracing::error!(error = format!("{error:#}"), "{name} failed");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Structured logs to stderr; the level from `RUST_LOG` (default `info`). Colour only when stderr
+/// is a terminal: `2> file` and `kubectl logs` get plain text.
+pub fn init_tracing(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal());
+    match format {
+        LogFormat::Json => builder.json().init(),
+        LogFormat::Text => builder.init(),
+    }
+}
+
+/// Returns on SIGTERM or Ctrl-C.
+pub async fn shutdown_signal() {
+    let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(term) => term,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot listen for SIGTERM; Ctrl-C only");
+            let _ = tokio::signal::ctrl_c().await;
+            return;
+        }
+    };
+    tokio::select! {
+        _ = term.recv() => tracing::info!("SIGTERM: shutting down"),
+        _ = tokio::signal::ctrl_c() => tracing::info!("interrupt: shutting down"),
+    }
+}
