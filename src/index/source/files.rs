@@ -123,9 +123,9 @@ fn document_start_lines(text: &str) -> Vec<usize> {
     let mut current: Option<usize> = None; // first content line of the document being read
     for (i, line) in text.lines().enumerate() {
         let line_no = i + 1;
-        if line.starts_with("---") {
+        if let Some(rest) = line.strip_prefix("---") {
             starts.extend(current.take());
-            let inline = line[3..].trim();
+            let inline = rest.trim();
             if !inline.is_empty() && !inline.starts_with('#') {
                 current = Some(line_no);
             }
