@@ -86,7 +86,7 @@ struct LeanMetadata {
     finalizers: Option<Vec<String>>,
 }
 
-fn lean_metadata<'de, D: Deserializer<'de>>(d: D) -> Result<Box<ObjectMeta>, D::Error> {
+pub(crate) fn lean_metadata<'de, D: Deserializer<'de>>(d: D) -> Result<Box<ObjectMeta>, D::Error> {
     let lean = Option::<LeanMetadata>::deserialize(d)?;
     Ok(Box::new(
         lean.map(|m| ObjectMeta {
@@ -104,7 +104,7 @@ fn lean_metadata<'de, D: Deserializer<'de>>(d: D) -> Result<Box<ObjectMeta>, D::
     ))
 }
 
-fn null_as_empty<'de, D: Deserializer<'de>, T: Deserialize<'de>>(d: D) -> Result<Vec<T>, D::Error> {
+pub(crate) fn null_as_empty<'de, D: Deserializer<'de>, T: Deserialize<'de>>(d: D) -> Result<Vec<T>, D::Error> {
     Ok(Option::<Vec<T>>::deserialize(d)?.unwrap_or_default())
 }
 

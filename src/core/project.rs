@@ -1,0 +1,172 @@
+//! The project control plane's objects the producer reads, lean: only the fields the answer uses
+//! (upstream's field names, `networking.datumapis.com/v1alpha`), the rest skipped unparsed.
+
+use std::borrow::Cow;
+
+use k8s_openapi::NamespaceResourceScope;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
+use serde::{Deserialize, Serialize};
+
+use super::slice::{lean_metadata, null_as_empty};
+
+/// `kube::Resource` for a namespaced `networking.datumapis.com/v1alpha` kind, so it can be watched.
+macro_rules! project_resource {
+    ($type:ty, $kind:literal, $plural:literal) => {
+        impl kube::Resource for $type {
+            type DynamicType = ();
+            type Scope = NamespaceResourceScope;
+
+            fn kind(_: &()) -> Cow<'_, str> {
+                $kind.into()
+            }
+            fn group(_: &()) -> Cow<'_, str> {
+                "networking.datumapis.com".into()
+            }
+            fn version(_: &()) -> Cow<'_, str> {
+                "v1alpha".into()
+            }
+            fn plural(_: &()) -> Cow<'_, str> {
+                $plural.into()
+            }
+            fn meta(&self) -> &ObjectMeta {
+                &self.metadata
+            }
+            fn meta_mut(&mut self) -> &mut ObjectMeta {
+                &mut self.metadata
+            }
+        }
+    };
+}
+
+/// An HTTPProxy: only its rules' backends.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct HttpProxy {
+    #[serde(default, deserialize_with = "lean_metadata")]
+    pub metadata: Box<ObjectMeta>,
+    #[serde(default)]
+    pub spec: HttpProxySpec,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct HttpProxySpec {
+    #[serde(default, deserialize_with = "null_as_empty")]
+    pub rules: Vec<Rule>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Rule {
+    #[serde(default, deserialize_with = "null_as_empty")]
+    pub backends: Vec<Backend>,
+}
+
+/// One backend; exactly one form is set upstream. `endpoint` and `connector` backends carry no
+/// workload address and are not read.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Backend {
+    pub network_service: Option<BackendRef>,
+    pub instance: Option<BackendRef>,
+}
+
+/// `{name, port}`; ports are not consulted.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct BackendRef {
+    #[serde(default)]
+    pub name: String,
+}
+
+/// A NetworkService: only its interface selector.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NetworkService {
+    #[serde(default, deserialize_with = "lean_metadata")]
+    pub metadata: Box<ObjectMeta>,
+    #[serde(default)]
+    pub spec: NetworkServiceSpec,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NetworkServiceSpec {
+    pub network_interfaces: Option<InterfaceSelection>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct InterfaceSelection {
+    pub selector: Option<LabelSelector>,
+}
+
+/// A NetworkInterface: its labels (in the metadata), addresses and phase. `externalAddresses`
+/// are never recorded, so they are not read.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct NetworkInterface {
+    #[serde(default, deserialize_with = "lean_metadata")]
+    pub metadata: Box<ObjectMeta>,
+    #[serde(default)]
+    pub spec: NetworkInterfaceSpec,
+    #[serde(default)]
+    pub status: NetworkInterfaceStatus,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct NetworkInterfaceSpec {
+    #[serde(default, deserialize_with = "null_as_empty")]
+    pub addresses: Vec<InterfaceAddress>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct InterfaceAddress {
+    /// An address, possibly with a prefix length (`fd20:0:2::1:0:0/128`).
+    #[serde(default)]
+    pub address: String,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct NetworkInterfaceStatus {
+    pub phase: Option<String>,
+}
+
+/// The phase of an interface a workload holds; only those are served.
+pub const BOUND: &str = "Bound";
+
+impl NetworkInterface {
+    pub fn is_bound(&self) -> bool {
+        self.status.phase.as_deref() == Some(BOUND)
+    }
+}
+
+project_resource!(HttpProxy, "HTTPProxy", "httpproxies");
+project_resource!(NetworkService, "NetworkService", "networkservices");
+project_resource!(NetworkInterface, "NetworkInterface", "networkinterfaces");
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_upstream_shapes_and_skips_the_rest() {
+        let proxy: HttpProxy = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "web", "namespace": "default", "managedFields": [{"manager": "x"}]},
+            "spec": {"hostnames": ["a.example"], "rules": [{"matches": [{"path": {"value": "/"}}], "backends": [
+                {"networkService": {"name": "web", "port": 8080}},
+                {"instance": {"name": "vm-1", "port": 80}},
+                {"endpoint": "https://example.com"},
+                {"connector": {"name": "c"}},
+            ]}]},
+        }))
+        .expect("proxy");
+        let backends = &proxy.spec.rules[0].backends;
+        assert_eq!(backends[0].network_service.as_ref().map(|r| r.name.as_str()), Some("web"));
+        assert_eq!(backends[1].instance.as_ref().map(|r| r.name.as_str()), Some("vm-1"));
+        assert_eq!(backends[2], Backend::default());
+        assert!(proxy.metadata.managed_fields.is_none());
+        let interface: NetworkInterface = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "i", "labels": {"app": "web"}},
+            "spec": {"addresses": [{"address": "fd20::1/128"}], "externalAddresses": [{"address": "203.0.113.1"}]},
+            "status": {"phase": "Bound"},
+        }))
+        .expect("interface");
+        assert!(interface.is_bound());
+        assert_eq!(interface.spec.addresses[0].address, "fd20::1/128");
+    }
+}
