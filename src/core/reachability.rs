@@ -250,7 +250,8 @@ mod tests {
     #[test]
     fn answer_table() {
         let web = json!([{"networkService": {"name": "web", "port": 80}}]);
-        let rows: Vec<(&str, Vec<(String, HttpProxy)>, Vec<&str>)> = vec![
+        type Row = (&'static str, Vec<(String, HttpProxy)>, Vec<&'static str>);
+        let rows: Vec<Row> = vec![
             ("no proxy: empty answer", vec![], vec![]),
             (
                 "networkService: Bound members only, prefix cut, empty cut dropped, duplicates once",
