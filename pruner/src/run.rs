@@ -3,14 +3,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::Router;
-use axum::extract::State;
-use axum::http::StatusCode;
-use axum::response::IntoResponse;
-use axum::routing::get;
 use edgegate::index::copies::{CopyIndex, CopyWriter};
 use edgegate::index::source::follow::follow;
 use edgegate::index::source::kubernetes::{OnWatchError, StoreWriter};
+use edgegate::runtime::admin::Probes;
+use edgegate::runtime::lease::{LeaseConfig, elect};
 use edgegate::{EdgeReachability, RecordSource, RecordStore, Slice};
 use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::watcher;
@@ -31,7 +28,14 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let records = Arc::new(RecordStore::new(args.record_name.clone()));
     let copies = Arc::new(CopyIndex::default());
     start_watches(&client, &args.copy_selector, &records, &copies, changes_tx);
-    let leader = elect(&client, &args, &identity).await?;
+    let lease = LeaseConfig {
+        name: args.lease_name.clone(),
+        namespace: args.lease_namespace.clone(),
+        identity: identity.clone(),
+        duration: args.lease_duration,
+        disabled: args.no_leader_election,
+    };
+    let leader = elect(&client, &lease).await?;
     let metrics = Arc::new(Metrics::new());
     let admin = Admin {
         records: Arc::clone(&records),
@@ -41,13 +45,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     };
     let listener = tokio::net::TcpListener::bind(args.listen).await?;
     tracing::info!(listen = %listener.local_addr()?, identity, dry_run = args.dry_run, selector = %args.copy_selector, "serving probes and metrics");
-    let admin_shutdown = shutdown.clone();
-    tokio::spawn(async move {
-        let app = admin_routes(admin);
-        if let Err(e) = axum::serve(listener, app).with_graceful_shutdown(admin_shutdown.cancelled_owned()).await {
-            tracing::error!(error = %e, "admin listener failed");
-        }
-    });
+    edgegate::runtime::admin::serve(listener, Arc::new(admin), shutdown.clone());
     let on_signal = shutdown.clone();
     tokio::spawn(async move {
         edgegate::runtime::process::shutdown_signal().await;
@@ -96,25 +94,6 @@ pub fn start_watches(
     ]
 }
 
-/// Leadership: a Lease through kube-lease-manager, or always-leader with --no-leader-election.
-async fn elect(client: &Client, args: &Args, identity: &str) -> anyhow::Result<watch::Receiver<bool>> {
-    if args.no_leader_election {
-        tracing::warn!("leader election is off: run exactly one replica");
-        let (_, rx) = watch::channel(true);
-        return Ok(rx);
-    }
-    let duration = args.lease_duration.as_secs().max(3);
-    let manager = kube_lease_manager::LeaseManagerBuilder::new(client.clone(), &args.lease_name)
-        .with_namespace(&args.lease_namespace)
-        .with_identity(identity)
-        .with_duration(duration)
-        .with_grace((duration / 3).max(1))
-        .build()
-        .await?;
-    let (leader, _task) = manager.watch().await;
-    Ok(leader)
-}
-
 #[derive(Clone)]
 struct Admin {
     records: Arc<RecordStore>,
@@ -123,24 +102,14 @@ struct Admin {
     leader: watch::Receiver<bool>,
 }
 
-fn admin_routes(admin: Admin) -> Router {
-    Router::new()
-        .route("/healthz", get(|| async { "ok\n" }))
-        .route("/readyz", get(readyz))
-        .route("/metrics", get(metrics))
-        .with_state(admin)
-}
-
-async fn readyz(State(a): State<Admin>) -> impl IntoResponse {
-    if a.records.synced() && a.copies.synced() {
-        (StatusCode::OK, "ok\n")
-    } else {
-        (StatusCode::SERVICE_UNAVAILABLE, "caches not synced\n")
+impl Probes for Admin {
+    fn ready(&self) -> Result<(), String> {
+        if self.records.synced() && self.copies.synced() { Ok(()) } else { Err("caches not synced".into()) }
     }
-}
 
-async fn metrics(State(a): State<Admin>) -> impl IntoResponse {
-    let synced = a.records.synced() && a.copies.synced();
-    a.metrics.set_state(*a.leader.borrow(), synced, a.copies.len());
-    ([(axum::http::header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], a.metrics.encode())
+    fn metrics(&self) -> String {
+        let synced = self.records.synced() && self.copies.synced();
+        self.metrics.set_state(*self.leader.borrow(), synced, self.copies.len());
+        self.metrics.encode()
+    }
 }

@@ -4,6 +4,8 @@
 
 pub mod copies;
 pub mod fs_watch;
+pub mod hub;
+pub mod project;
 pub mod prune;
 pub mod source;
 pub mod store;

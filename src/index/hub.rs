@@ -1,0 +1,151 @@
+//! What the producer knows of the hub: which namespaces exist, and each namespace's record as
+//! written (`spec.addresses` exactly, not normalised), so it writes only when its answer differs.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, RwLock};
+
+use k8s_openapi::api::core::v1::Namespace;
+use kube::ResourceExt;
+use kube::runtime::watcher;
+use tokio::sync::mpsc::UnboundedSender;
+
+use super::source::follow::WatchSink;
+use super::source::kubernetes::Change;
+use crate::core::crd::EdgeReachability;
+
+/// Hub namespaces and the records in them, each with whether its watch is whole.
+#[derive(Debug)]
+pub struct HubView {
+    record_name: String,
+    namespaces: RwLock<HashSet<String>>,
+    /// Hub namespace → the record's `spec.addresses` as written.
+    records: RwLock<HashMap<String, Vec<String>>>,
+    namespaces_synced: AtomicBool,
+    records_synced: AtomicBool,
+}
+
+impl HubView {
+    pub fn new(record_name: impl Into<String>) -> Self {
+        HubView {
+            record_name: record_name.into(),
+            namespaces: RwLock::default(),
+            records: RwLock::default(),
+            namespaces_synced: AtomicBool::new(false),
+            records_synced: AtomicBool::new(false),
+        }
+    }
+
+    pub fn record_name(&self) -> &str {
+        &self.record_name
+    }
+
+    pub fn synced(&self) -> bool {
+        self.namespaces_synced.load(Ordering::Acquire) && self.records_synced.load(Ordering::Acquire)
+    }
+
+    pub fn has_namespace(&self, namespace: &str) -> bool {
+        read(&self.namespaces).contains(namespace)
+    }
+
+    /// The record's addresses as written; `None` when the namespace has no record.
+    pub fn record(&self, namespace: &str) -> Option<Vec<String>> {
+        read(&self.records).get(namespace).cloned()
+    }
+
+    /// What was just written, so the next recompute compares against it before the watch says so.
+    pub fn wrote(&self, namespace: &str, addresses: Vec<String>) {
+        write(&self.records).insert(namespace.to_owned(), addresses);
+    }
+}
+
+fn read<T>(lock: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
+    lock.read().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+fn write<T>(lock: &RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
+    lock.write().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Feeds a [`HubView`] from the hub's Namespace and EdgeReachability watches. A namespace that
+/// appears is sent on `changes`, so its record is written at once.
+pub struct HubWriter<K> {
+    view: Arc<HubView>,
+    relisting: Option<Vec<K>>,
+    changes: UnboundedSender<Change>,
+}
+
+impl<K> HubWriter<K> {
+    pub fn new(view: Arc<HubView>, changes: UnboundedSender<Change>) -> Self {
+        HubWriter { view, relisting: None, changes }
+    }
+}
+
+impl WatchSink<Namespace> for HubWriter<Namespace> {
+    fn relist_started(&mut self) {
+        self.relisting = Some(Vec::new());
+    }
+    fn listed(&mut self, ns: Namespace) {
+        if let Some(list) = self.relisting.as_mut() {
+            list.push(ns);
+        }
+    }
+    fn relist_done(&mut self) {
+        let Some(list) = self.relisting.take() else { return };
+        *write(&self.view.namespaces) = list.iter().map(ResourceExt::name_any).collect();
+        self.view.namespaces_synced.store(true, Ordering::Release);
+        let _ = self.changes.send(Change::All);
+    }
+    fn applied(&mut self, ns: Namespace) {
+        let name = ns.name_any();
+        if write(&self.view.namespaces).insert(name.clone()) {
+            let _ = self.changes.send(Change::Namespace(name));
+        }
+    }
+    fn deleted(&mut self, ns: Namespace) {
+        write(&self.view.namespaces).remove(&ns.name_any());
+    }
+    fn failed(&mut self, error: &watcher::Error) {
+        self.relisting = None;
+        self.view.namespaces_synced.store(false, Ordering::Release);
+        tracing::warn!(%error, "hub namespace watch failed; no writes until listed again");
+    }
+}
+
+impl WatchSink<EdgeReachability> for HubWriter<EdgeReachability> {
+    fn relist_started(&mut self) {
+        self.relisting = Some(Vec::new());
+    }
+    fn listed(&mut self, record: EdgeReachability) {
+        if let Some(list) = self.relisting.as_mut() {
+            list.push(record);
+        }
+    }
+    fn relist_done(&mut self) {
+        let Some(list) = self.relisting.take() else { return };
+        let wanted = |r: &EdgeReachability| r.name_any() == self.view.record_name;
+        *write(&self.view.records) =
+            list.iter().filter(|r| wanted(r)).map(|r| (r.namespace().unwrap_or_default(), r.entries().to_vec())).collect();
+        self.view.records_synced.store(true, Ordering::Release);
+        let _ = self.changes.send(Change::All);
+    }
+    fn applied(&mut self, record: EdgeReachability) {
+        if record.name_any() == self.view.record_name {
+            let ns = record.namespace().unwrap_or_default();
+            write(&self.view.records).insert(ns.clone(), record.entries().to_vec());
+        }
+    }
+    fn deleted(&mut self, record: EdgeReachability) {
+        if record.name_any() == self.view.record_name {
+            let ns = record.namespace().unwrap_or_default();
+            write(&self.view.records).remove(&ns);
+            // A record deleted by hand is written again at once (and on every resync).
+            let _ = self.changes.send(Change::Namespace(ns));
+        }
+    }
+    fn failed(&mut self, error: &watcher::Error) {
+        self.relisting = None;
+        self.view.records_synced.store(false, Ordering::Release);
+        tracing::warn!(%error, "hub record watch failed; no writes until listed again");
+    }
+}

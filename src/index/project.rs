@@ -1,0 +1,257 @@
+//! One project control plane's objects by namespace, fed by five watches (HTTPProxy,
+//! NetworkService, NetworkInterface, EndpointSlice, Namespace). The project is synced only while
+//! every one of them is whole: listed, and followed without an error since.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, RwLock};
+
+use k8s_openapi::api::core::v1::Namespace;
+use kube::runtime::watcher;
+use tokio::sync::mpsc::UnboundedSender;
+
+use super::source::follow::WatchSink;
+use super::source::kubernetes::Change;
+use crate::core::project::{HttpProxy, NetworkInterface, NetworkService};
+use crate::core::reachability::{ProjectNamespace, Reachability, reachable};
+use crate::core::slice::Slice;
+
+/// The five watches, in the order of [`ProjectIndex`]'s sync flags.
+const KINDS: usize = 5;
+
+/// A project's objects by namespace, its namespaces' UIDs, and whether each watch is whole.
+#[derive(Debug, Default)]
+pub struct ProjectIndex {
+    namespaces: RwLock<HashMap<String, ProjectNamespace>>,
+    /// Project namespace name → its `metadata.uid`, which names the hub namespace.
+    uids: RwLock<BTreeMap<String, String>>,
+    synced: [AtomicBool; KINDS],
+}
+
+impl ProjectIndex {
+    /// Every watch listed whole and followed without an error since.
+    pub fn synced(&self) -> bool {
+        self.synced.iter().all(|s| s.load(Ordering::Acquire))
+    }
+
+    /// The answer for one namespace: empty when it holds none of the kinds.
+    pub fn reachable(&self, namespace: &str) -> Reachability {
+        read(&self.namespaces).get(namespace).map(reachable).unwrap_or_default()
+    }
+
+    /// The namespace's UID, while the project has that namespace.
+    pub fn uid(&self, namespace: &str) -> Option<String> {
+        read(&self.uids).get(namespace).cloned()
+    }
+
+    /// Every project namespace, with its UID.
+    pub fn namespaces(&self) -> Vec<(String, String)> {
+        read(&self.uids).iter().map(|(n, u)| (n.clone(), u.clone())).collect()
+    }
+
+    /// How many objects of the four namespaced kinds the index holds.
+    pub fn len(&self) -> usize {
+        read(&self.namespaces)
+            .values()
+            .map(|n| n.proxies.len() + n.services.len() + n.interfaces.len() + n.slices.len())
+            .sum()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+fn read<T>(lock: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
+    lock.read().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+fn write<T>(lock: &RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
+    lock.write().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// A kind the index keeps per namespace.
+pub trait Indexed: kube::Resource<DynamicType = ()> + Sized {
+    /// Position of this kind's sync flag.
+    const SLOT: usize;
+    fn map(ns: &mut ProjectNamespace) -> &mut BTreeMap<String, Self>;
+}
+
+impl Indexed for HttpProxy {
+    const SLOT: usize = 0;
+    fn map(ns: &mut ProjectNamespace) -> &mut BTreeMap<String, Self> {
+        &mut ns.proxies
+    }
+}
+
+impl Indexed for NetworkService {
+    const SLOT: usize = 1;
+    fn map(ns: &mut ProjectNamespace) -> &mut BTreeMap<String, Self> {
+        &mut ns.services
+    }
+}
+
+impl Indexed for NetworkInterface {
+    const SLOT: usize = 2;
+    fn map(ns: &mut ProjectNamespace) -> &mut BTreeMap<String, Self> {
+        &mut ns.interfaces
+    }
+}
+
+impl Indexed for Slice {
+    const SLOT: usize = 3;
+    fn map(ns: &mut ProjectNamespace) -> &mut BTreeMap<String, Self> {
+        &mut ns.slices
+    }
+}
+
+const NAMESPACE_SLOT: usize = 4;
+
+/// Applies one kind's watch to a [`ProjectIndex`], and says which namespace each event touches.
+pub struct KindWriter<K> {
+    index: Arc<ProjectIndex>,
+    relisting: Option<Vec<K>>,
+    changes: UnboundedSender<Change>,
+}
+
+impl<K> KindWriter<K> {
+    pub fn new(index: Arc<ProjectIndex>, changes: UnboundedSender<Change>) -> Self {
+        KindWriter { index, relisting: None, changes }
+    }
+
+    fn unsync(&mut self, slot: usize, error: &watcher::Error, kind: &str) {
+        self.relisting = None;
+        self.index.synced[slot].store(false, Ordering::Release);
+        tracing::warn!(%error, kind, "project watch failed; no writes for this project until it is listed again");
+    }
+}
+
+fn key<K: kube::Resource>(object: &K) -> (String, String) {
+    let meta = object.meta();
+    (meta.namespace.clone().unwrap_or_default(), meta.name.clone().unwrap_or_default())
+}
+
+impl<K: Indexed> WatchSink<K> for KindWriter<K> {
+    fn relist_started(&mut self) {
+        self.relisting = Some(Vec::new());
+    }
+
+    fn listed(&mut self, object: K) {
+        if let Some(list) = self.relisting.as_mut() {
+            list.push(object);
+        }
+    }
+
+    fn relist_done(&mut self) {
+        let Some(list) = self.relisting.take() else { return };
+        {
+            let mut namespaces = write(&self.index.namespaces);
+            for ns in namespaces.values_mut() {
+                K::map(ns).clear();
+            }
+            for object in list {
+                let (ns, name) = key(&object);
+                K::map(namespaces.entry(ns).or_default()).insert(name, object);
+            }
+        }
+        self.index.synced[K::SLOT].store(true, Ordering::Release);
+        let _ = self.changes.send(Change::All);
+    }
+
+    fn applied(&mut self, object: K) {
+        let (ns, name) = key(&object);
+        K::map(write(&self.index.namespaces).entry(ns.clone()).or_default()).insert(name, object);
+        let _ = self.changes.send(Change::Namespace(ns));
+    }
+
+    fn deleted(&mut self, object: K) {
+        let (ns, name) = key(&object);
+        if let Some(objects) = write(&self.index.namespaces).get_mut(&ns) {
+            K::map(objects).remove(&name);
+        }
+        let _ = self.changes.send(Change::Namespace(ns));
+    }
+
+    fn failed(&mut self, error: &watcher::Error) {
+        self.unsync(K::SLOT, error, &K::kind(&()));
+    }
+}
+
+impl WatchSink<Namespace> for KindWriter<Namespace> {
+    fn relist_started(&mut self) {
+        self.relisting = Some(Vec::new());
+    }
+
+    fn listed(&mut self, object: Namespace) {
+        if let Some(list) = self.relisting.as_mut() {
+            list.push(object);
+        }
+    }
+
+    fn relist_done(&mut self) {
+        let Some(list) = self.relisting.take() else { return };
+        *write(&self.index.uids) = list.iter().filter_map(name_and_uid).collect();
+        self.index.synced[NAMESPACE_SLOT].store(true, Ordering::Release);
+        let _ = self.changes.send(Change::All);
+    }
+
+    fn applied(&mut self, object: Namespace) {
+        if let Some((name, uid)) = name_and_uid(&object) {
+            write(&self.index.uids).insert(name.clone(), uid);
+            let _ = self.changes.send(Change::Namespace(name));
+        }
+    }
+
+    fn deleted(&mut self, object: Namespace) {
+        if let Some(name) = object.metadata.name {
+            write(&self.index.uids).remove(&name);
+            write(&self.index.namespaces).remove(&name);
+        }
+    }
+
+    fn failed(&mut self, error: &watcher::Error) {
+        self.unsync(NAMESPACE_SLOT, error, "Namespace");
+    }
+}
+
+fn name_and_uid(ns: &Namespace) -> Option<(String, String)> {
+    Some((ns.metadata.name.clone()?, ns.metadata.uid.clone()?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::fixtures::copy;
+
+    #[test]
+    fn synced_only_while_every_watch_is_whole() {
+        let index = Arc::new(ProjectIndex::default());
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        let mut slices = KindWriter::<Slice>::new(Arc::clone(&index), tx.clone());
+        let mut namespaces = KindWriter::<Namespace>::new(Arc::clone(&index), tx.clone());
+        let mut proxies = KindWriter::<HttpProxy>::new(Arc::clone(&index), tx.clone());
+        let mut services = KindWriter::<NetworkService>::new(Arc::clone(&index), tx.clone());
+        let mut interfaces = KindWriter::<NetworkInterface>::new(Arc::clone(&index), tx);
+        slices.relist_started();
+        slices.listed(copy("p", "vm-1", &["fd00::1"]));
+        slices.relist_done();
+        namespaces.relist_started();
+        let ns = serde_json::json!({"metadata": {"name": "p", "uid": "u-1"}});
+        namespaces.listed(serde_json::from_value(ns).expect("ns"));
+        namespaces.relist_done();
+        proxies.relist_started();
+        proxies.relist_done();
+        services.relist_started();
+        services.relist_done();
+        assert!(!index.synced(), "not synced before all five have listed");
+        interfaces.relist_started();
+        interfaces.relist_done();
+        assert!(index.synced());
+        assert_eq!(index.uid("p").as_deref(), Some("u-1"));
+        assert_eq!(rx.try_recv(), Ok(Change::All));
+        slices.applied(copy("p", "vm-2", &["fd00::2"]));
+        assert_eq!(index.len(), 2);
+        slices.failed(&watcher::Error::NoResourceVersion);
+        assert!(!index.synced(), "a watch error unsyncs the project");
+    }
+}

@@ -1,0 +1,43 @@
+//! The plain-HTTP admin listener of the controllers: `/healthz`, `/readyz`, `/metrics`.
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::IntoResponse;
+use axum::routing::get;
+use tokio_util::sync::CancellationToken;
+
+/// What a controller tells its probes and scrapers.
+pub trait Probes: Send + Sync + 'static {
+    /// `Err(why)` while not ready.
+    fn ready(&self) -> Result<(), String>;
+    /// The Prometheus text exposition.
+    fn metrics(&self) -> String;
+}
+
+/// Serve `probes` on `listener` until `shutdown`.
+pub fn serve(listener: tokio::net::TcpListener, probes: Arc<dyn Probes>, shutdown: CancellationToken) {
+    let app = Router::new()
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics))
+        .with_state(probes);
+    tokio::spawn(async move {
+        if let Err(e) = axum::serve(listener, app).with_graceful_shutdown(shutdown.cancelled_owned()).await {
+            tracing::error!(error = %e, "admin listener failed");
+        }
+    });
+}
+
+async fn readyz(State(p): State<Arc<dyn Probes>>) -> impl IntoResponse {
+    match p.ready() {
+        Ok(()) => (StatusCode::OK, "ok\n".to_owned()),
+        Err(why) => (StatusCode::SERVICE_UNAVAILABLE, format!("{why}\n")),
+    }
+}
+
+async fn metrics(State(p): State<Arc<dyn Probes>>) -> impl IntoResponse {
+    ([(axum::http::header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], p.metrics())
+}
