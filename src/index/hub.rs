@@ -124,8 +124,11 @@ impl WatchSink<EdgeReachability> for HubWriter<EdgeReachability> {
     fn relist_done(&mut self) {
         let Some(list) = self.relisting.take() else { return };
         let wanted = |r: &EdgeReachability| r.name_any() == self.view.record_name;
-        *write(&self.view.records) =
-            list.iter().filter(|r| wanted(r)).map(|r| (r.namespace().unwrap_or_default(), r.entries().to_vec())).collect();
+        *write(&self.view.records) = list
+            .iter()
+            .filter(|r| wanted(r))
+            .map(|r| (r.namespace().unwrap_or_default(), r.entries().to_vec()))
+            .collect();
         self.view.records_synced.store(true, Ordering::Release);
         let _ = self.changes.send(Change::All);
     }

@@ -21,7 +21,9 @@ pub fn repo() -> PathBuf {
 }
 
 pub fn binary(name: &str) -> PathBuf {
-    let dir = Path::new(env!("CARGO_BIN_EXE_edgegate-pruner")).parent().expect("target dir").to_owned();
+    // Test binaries live in target/<profile>/deps; the workspace's binaries one level up.
+    let exe = std::env::current_exe().expect("test binary path");
+    let dir = exe.parent().and_then(Path::parent).expect("target dir").to_owned();
     let path = dir.join(name);
     assert!(path.exists(), "{} is not built: run the README's test command (cargo test --workspace)", path.display());
     path

@@ -1,0 +1,79 @@
+//! Command-line flags, each with an `EDGEGATE_` environment fallback.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Parser;
+use edgegate::runtime::flags::{HubArgs, LogFormat, parse_duration};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "edgegate-producer",
+    version,
+    about = "Writes each project namespace's EdgeReachability on the hub from the addresses its HTTPProxies serve"
+)]
+pub struct Args {
+    /// Plain-HTTP listener for /healthz, /readyz and /metrics.
+    #[arg(long, env = "EDGEGATE_LISTEN", default_value = "0.0.0.0:8080")]
+    pub listen: SocketAddr,
+
+    #[command(flatten)]
+    pub hub: HubArgs,
+
+    /// One project control plane's kubeconfig.
+    #[arg(
+        long,
+        env = "EDGEGATE_PROJECT_KUBECONFIG",
+        required_unless_present = "projects_dir",
+        conflicts_with = "projects_dir"
+    )]
+    pub project_kubeconfig: Option<PathBuf>,
+
+    /// With --project-kubeconfig: the project's name (default: the file's stem).
+    #[arg(long, env = "EDGEGATE_PROJECT_NAME", requires = "project_kubeconfig")]
+    pub project_name: Option<String>,
+
+    /// A directory of project kubeconfigs (`*.kubeconfig`, `*.yaml`; each one project, named by its
+    /// stem), watched: a file added engages a project, a file removed disengages it (its records
+    /// stay as they are).
+    #[arg(long, env = "EDGEGATE_PROJECTS_DIR")]
+    pub projects_dir: Option<PathBuf>,
+
+    /// Re-derive every namespace this often, repairing records edited or deleted by hand.
+    #[arg(long, env = "EDGEGATE_RESYNC", value_parser = parse_duration, default_value = "60s")]
+    pub resync: Duration,
+
+    /// Name of the record in each hub namespace.
+    #[arg(long, env = "EDGEGATE_RECORD_NAME", default_value = edgegate::index::store::DEFAULT_RECORD_NAME)]
+    pub record_name: String,
+
+    /// Take `spec.addresses` over from another field manager (the Go reconciler) instead of
+    /// reporting the conflict and leaving the record alone.
+    #[arg(long, env = "EDGEGATE_FORCE_OWNERSHIP")]
+    pub force_ownership: bool,
+
+    /// Name of the coordination.k8s.io/v1 Lease that elects the one replica that writes.
+    #[arg(long, env = "EDGEGATE_LEASE_NAME", default_value = "edgegate-producer")]
+    pub lease_name: String,
+
+    /// Namespace of the Lease (in a pod: its own namespace, from POD_NAMESPACE).
+    #[arg(long, env = "POD_NAMESPACE", default_value = "edgegate-system")]
+    pub lease_namespace: String,
+
+    /// This replica's identity in the Lease (in a pod: its name, from POD_NAME).
+    #[arg(long, env = "POD_NAME")]
+    pub identity: Option<String>,
+
+    /// How long a Lease holds without renewal.
+    #[arg(long, env = "EDGEGATE_LEASE_DURATION", value_parser = parse_duration, default_value = "15s")]
+    pub lease_duration: Duration,
+
+    /// Run without leader election (a single replica only: two would both write).
+    #[arg(long, env = "EDGEGATE_NO_LEADER_ELECTION")]
+    pub no_leader_election: bool,
+
+    /// Log format.
+    #[arg(long, env = "EDGEGATE_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+}

@@ -1,0 +1,278 @@
+//! The writer: for one project namespace, the core's answer compared with the hub's record, and
+//! a server-side apply only when they differ and every "must not" of PRODUCER.md is clear.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant};
+
+use edgegate::core::crd::MAX_RECORD_ADDRESSES;
+use edgegate::index::hub::HubView;
+use edgegate::index::project::ProjectIndex;
+use edgegate::index::source::kubernetes::Change;
+use k8s_openapi::api::core::v1::ObjectReference;
+use kube::api::{Patch, PatchParams};
+use kube::runtime::events::{Event, EventType, Recorder};
+use kube::{Api, Client};
+use serde_json::json;
+use tokio::sync::{mpsc, watch};
+use tokio_util::sync::CancellationToken;
+
+use crate::metrics::Metrics;
+
+/// The field manager of every write.
+pub const FIELD_MANAGER: &str = "edgegate-producer";
+
+/// What made a recompute necessary.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Trigger {
+    /// Something in one project changed (a namespace, or everything after a re-list).
+    Project(String, Change),
+    /// A hub namespace appeared or its record was deleted, or the hub was re-listed.
+    Hub(Change),
+}
+
+/// How one namespace's write ended (the `result` label of `edgegate_producer_writes_total`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Written {
+    Applied,
+    Unchanged,
+    NoHubNamespace,
+    Oversized,
+    Conflict,
+    Error,
+    /// Not attempted: not leading, or the project or the hub not synced.
+    Skipped,
+}
+
+impl Written {
+    pub fn label(self) -> &'static str {
+        match self {
+            Written::Applied => "applied",
+            Written::Unchanged => "unchanged",
+            Written::NoHubNamespace => "no_hub_namespace",
+            Written::Oversized => "oversized",
+            Written::Conflict => "conflict",
+            Written::Error => "error",
+            Written::Skipped => "skipped",
+        }
+    }
+}
+
+/// The engaged projects, by name.
+pub type Projects = Arc<RwLock<BTreeMap<String, Arc<ProjectIndex>>>>;
+
+pub struct Producer {
+    pub hub: Client,
+    pub view: Arc<HubView>,
+    pub projects: Projects,
+    pub force_ownership: bool,
+    pub leader: watch::Receiver<bool>,
+    pub metrics: Arc<Metrics>,
+    pub recorder: Recorder,
+}
+
+impl Producer {
+    fn projects(&self) -> Vec<(String, Arc<ProjectIndex>)> {
+        let projects = self.projects.read().unwrap_or_else(std::sync::PoisonError::into_inner);
+        projects.iter().map(|(n, p)| (n.clone(), Arc::clone(p))).collect()
+    }
+
+    /// Derive one project namespace and write its record if, and only if, that is safe and needed.
+    pub async fn write(&self, project: &str, index: &ProjectIndex, namespace: &str) -> Written {
+        if !*self.leader.borrow() || !index.synced() || !self.view.synced() {
+            return Written::Skipped;
+        }
+        let Some(uid) = index.uid(namespace) else { return Written::Skipped };
+        let hub_ns = format!("ns-{uid}");
+        let started = Instant::now();
+        let answer = index.reachable(namespace);
+        self.metrics.recompute(started.elapsed());
+        for (service, why) in &answer.bad_selectors {
+            tracing::warn!(
+                project,
+                namespace,
+                service,
+                why,
+                "NetworkService selector cannot be evaluated; it contributes nothing"
+            );
+        }
+        let addresses = answer.addresses;
+        if addresses.len() > MAX_RECORD_ADDRESSES {
+            let message = format!(
+                "{project}/{namespace} serves {} addresses, more than the {MAX_RECORD_ADDRESSES} a record holds; the record is left as it is",
+                addresses.len()
+            );
+            tracing::error!(
+                project,
+                namespace,
+                hub_namespace = hub_ns,
+                count = addresses.len(),
+                "answer too large; not written"
+            );
+            self.warn(&hub_ns, "RecordOversized", message).await;
+            return Written::Oversized;
+        }
+        if !self.view.has_namespace(&hub_ns) {
+            tracing::debug!(project, namespace, hub_namespace = hub_ns, "no hub namespace yet; nothing written");
+            return Written::NoHubNamespace;
+        }
+        let before = self.view.record(&hub_ns);
+        if before.as_ref() == Some(&addresses) {
+            self.metrics.addresses(addresses.len());
+            return Written::Unchanged;
+        }
+        let record = json!({
+            "apiVersion": "networking.datumapis.com/v1alpha",
+            "kind": "EdgeReachability",
+            "metadata": {"name": self.view.record_name(), "namespace": hub_ns},
+            "spec": {"addresses": addresses},
+        });
+        let mut params = PatchParams::apply(FIELD_MANAGER);
+        params.force = self.force_ownership;
+        let api: Api<edgegate::EdgeReachability> = Api::namespaced(self.hub.clone(), &hub_ns);
+        match api.patch(self.view.record_name(), &params, &Patch::Apply(&record)).await {
+            Ok(_) => {
+                let before = before.map_or_else(|| "none".to_owned(), |b| b.len().to_string());
+                tracing::info!(
+                    project,
+                    namespace,
+                    hub_namespace = hub_ns,
+                    before,
+                    after = addresses.len(),
+                    "record written"
+                );
+                self.metrics.addresses(addresses.len());
+                self.view.wrote(&hub_ns, addresses);
+                Written::Applied
+            }
+            Err(kube::Error::Api(status)) if status.code == 409 => {
+                tracing::warn!(
+                    project,
+                    namespace,
+                    hub_namespace = hub_ns,
+                    message = status.message,
+                    "another field manager owns the record's addresses; left alone (--force-ownership takes them over)"
+                );
+                let message =
+                    format!("edgegate-producer did not write {project}/{namespace}'s answer: {}", status.message);
+                self.warn(&hub_ns, "RecordConflict", message).await;
+                Written::Conflict
+            }
+            Err(error) => {
+                tracing::warn!(project, namespace, hub_namespace = hub_ns, %error, "writing the record failed; the next recompute retries");
+                Written::Error
+            }
+        }
+    }
+
+    /// A Warning Event on the namespace's record.
+    async fn warn(&self, hub_ns: &str, reason: &str, note: String) {
+        let record = ObjectReference {
+            api_version: Some("networking.datumapis.com/v1alpha".into()),
+            kind: Some("EdgeReachability".into()),
+            namespace: Some(hub_ns.to_owned()),
+            name: Some(self.view.record_name().to_owned()),
+            ..ObjectReference::default()
+        };
+        let event = Event {
+            type_: EventType::Warning,
+            reason: reason.into(),
+            note: Some(note),
+            action: "Write".into(),
+            secondary: None,
+        };
+        if let Err(error) = self.recorder.publish(&event, &record).await {
+            tracing::warn!(%error, namespace = hub_ns, "could not record the event");
+        }
+    }
+
+    /// Every (project, namespace) a trigger asks to recompute.
+    fn targets(&self, trigger: &Trigger) -> Vec<(String, Arc<ProjectIndex>, String)> {
+        let projects = self.projects();
+        let all = |(name, index): &(String, Arc<ProjectIndex>)| {
+            index.namespaces().into_iter().map(|(ns, _)| (name.clone(), Arc::clone(index), ns)).collect::<Vec<_>>()
+        };
+        match trigger {
+            Trigger::Project(project, Change::Namespace(ns)) => projects
+                .iter()
+                .filter(|(name, _)| name == project)
+                .map(|(name, index)| (name.clone(), Arc::clone(index), ns.clone()))
+                .collect(),
+            Trigger::Project(project, Change::All) => {
+                projects.iter().filter(|(n, _)| n == project).flat_map(all).collect()
+            }
+            Trigger::Hub(Change::Namespace(hub_ns)) => projects
+                .iter()
+                .flat_map(all)
+                .filter(|(_, index, ns)| index.uid(ns).is_some_and(|uid| format!("ns-{uid}") == *hub_ns))
+                .collect(),
+            Trigger::Hub(Change::All) => projects.iter().flat_map(all).collect(),
+        }
+    }
+
+    /// Write what `triggers` ask for, each namespace once.
+    pub async fn pass(&self, triggers: &[Trigger]) -> Vec<Written> {
+        self.set_state();
+        let mut seen = BTreeSet::new();
+        let mut outcomes = Vec::new();
+        for trigger in triggers {
+            for (project, index, ns) in self.targets(trigger) {
+                if !seen.insert((project.clone(), ns.clone())) {
+                    continue;
+                }
+                let written = self.write(&project, &index, &ns).await;
+                if written != Written::Skipped {
+                    self.metrics.write(written.label());
+                }
+                outcomes.push(written);
+            }
+        }
+        outcomes
+    }
+
+    pub fn set_state(&self) {
+        let projects = self.projects();
+        let synced = projects.iter().filter(|(_, p)| p.synced()).count();
+        self.metrics.set_state(*self.leader.borrow(), synced, projects.len() - synced);
+    }
+
+    /// Passes until `shutdown`: one per batch of triggers, one over everything on each resync
+    /// tick and whenever this replica becomes leader.
+    pub async fn run(
+        self,
+        mut triggers: mpsc::UnboundedReceiver<Trigger>,
+        resync: Duration,
+        shutdown: CancellationToken,
+    ) {
+        let mut tick = tokio::time::interval(resync);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut leader = self.leader.clone();
+        let mut leader_open = true;
+        loop {
+            let first = tokio::select! {
+                () = shutdown.cancelled() => return,
+                _ = tick.tick() => Trigger::Hub(Change::All),
+                trigger = triggers.recv() => match trigger {
+                    Some(t) => t,
+                    None => return,
+                },
+                changed = leader.changed(), if leader_open => match changed {
+                    Ok(()) => Trigger::Hub(Change::All),
+                    Err(_) => {
+                        leader_open = false;
+                        continue;
+                    }
+                },
+            };
+            // Whatever else arrived meanwhile joins this pass: a burst of events, one write each.
+            let mut batch = vec![first];
+            while let Ok(more) = triggers.try_recv() {
+                batch.push(more);
+            }
+            tokio::select! {
+                () = shutdown.cancelled() => return,
+                _ = self.pass(&batch) => {}
+            }
+        }
+    }
+}

@@ -1,0 +1,245 @@
+//! Wiring: the hub client and its two watches, one client and five watches per engaged project,
+//! the Lease, the admin listener, signals.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use edgegate::EdgeReachability;
+use edgegate::Slice;
+use edgegate::core::project::{HttpProxy, NetworkInterface, NetworkService};
+use edgegate::index::hub::{HubView, HubWriter};
+use edgegate::index::project::{KindWriter, ProjectIndex};
+use edgegate::index::source::follow::{WatchSink, follow};
+use edgegate::index::source::kubernetes::Change;
+use edgegate::runtime::admin::Probes;
+use edgegate::runtime::lease::{LeaseConfig, elect};
+use k8s_openapi::api::core::v1::Namespace;
+use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::watcher;
+use kube::{Api, Client};
+use serde::de::DeserializeOwned;
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use crate::args::Args;
+use crate::metrics::Metrics;
+use crate::producer::{Producer, Projects, Trigger};
+
+pub async fn run(args: Args) -> anyhow::Result<()> {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let hub = edgegate::runtime::hub::hub_client(&args.hub).await?;
+    let shutdown = CancellationToken::new();
+    let identity = args.identity.clone().unwrap_or_else(|| format!("edgegate-producer-{}", std::process::id()));
+    let (triggers_tx, triggers) = mpsc::unbounded_channel();
+    let view = Arc::new(HubView::new(args.record_name.clone()));
+    start_hub_watches(&hub, &view, &triggers_tx);
+    let engaged = Engaged::new(triggers_tx);
+    match (&args.project_kubeconfig, &args.projects_dir) {
+        (Some(file), _) => {
+            let name = args.project_name.clone().unwrap_or_else(|| stem(file));
+            engaged.engage(&name, edgegate::runtime::hub::kube_client(Some(file), None).await?);
+        }
+        (None, Some(dir)) => {
+            let engaged = engaged.clone();
+            let dir = dir.clone();
+            tokio::spawn(async move { follow_projects_dir(&dir, &engaged).await });
+        }
+        (None, None) => anyhow::bail!("give --project-kubeconfig or --projects-dir"),
+    }
+    let lease = LeaseConfig {
+        name: args.lease_name.clone(),
+        namespace: args.lease_namespace.clone(),
+        identity: identity.clone(),
+        duration: args.lease_duration,
+        disabled: args.no_leader_election,
+    };
+    let leader = elect(&hub, &lease).await?;
+    let metrics = Arc::new(Metrics::new());
+    let recorder = Recorder::new(
+        hub.clone(),
+        Reporter { controller: "edgegate-producer".into(), instance: Some(identity.clone()) },
+    );
+    let producer = Producer {
+        hub,
+        view: Arc::clone(&view),
+        projects: Arc::clone(&engaged.projects),
+        force_ownership: args.force_ownership,
+        leader,
+        metrics: Arc::clone(&metrics),
+        recorder,
+    };
+    let listener = tokio::net::TcpListener::bind(args.listen).await?;
+    tracing::info!(listen = %listener.local_addr()?, identity, "serving probes and metrics");
+    let admin = Admin { view, engaged: engaged.clone(), metrics, leader: producer.leader.clone() };
+    edgegate::runtime::admin::serve(listener, Arc::new(admin), shutdown.clone());
+    let on_signal = shutdown.clone();
+    tokio::spawn(async move {
+        edgegate::runtime::process::shutdown_signal().await;
+        on_signal.cancel();
+    });
+    producer.run(triggers, args.resync, shutdown).await;
+    tracing::info!("stopped");
+    Ok(())
+}
+
+fn stem(path: &Path) -> String {
+    path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| "project".to_owned())
+}
+
+/// The hub's Namespaces and EdgeReachabilities, into `view`; what appears or goes is a trigger.
+pub fn start_hub_watches(hub: &Client, view: &Arc<HubView>, triggers: &mpsc::UnboundedSender<Trigger>) {
+    let (tx, rx) = mpsc::unbounded_channel();
+    forward(rx, triggers.clone(), Trigger::Hub);
+    spawn_follow::<Namespace, _>(Api::all(hub.clone()), HubWriter::new(Arc::clone(view), tx.clone()));
+    spawn_follow::<EdgeReachability, _>(Api::all(hub.clone()), HubWriter::new(Arc::clone(view), tx));
+}
+
+fn spawn_follow<K, S>(api: Api<K>, mut sink: S) -> JoinHandle<()>
+where
+    K: kube::Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + 'static,
+    K::DynamicType: Default,
+    S: WatchSink<K> + Send + 'static,
+{
+    tokio::spawn(async move { follow(api, watcher::Config::default(), &mut sink).await })
+}
+
+/// Tag each change from `rx` with `wrap` and pass it on.
+fn forward(
+    mut rx: mpsc::UnboundedReceiver<Change>,
+    to: mpsc::UnboundedSender<Trigger>,
+    wrap: impl Fn(Change) -> Trigger + Send + 'static,
+) {
+    tokio::spawn(async move {
+        while let Some(change) = rx.recv().await {
+            if to.send(wrap(change)).is_err() {
+                return;
+            }
+        }
+    });
+}
+
+/// The engaged projects: their indexes (what the producer reads) and their watch tasks.
+#[derive(Clone)]
+pub struct Engaged {
+    pub projects: Projects,
+    tasks: Arc<Mutex<HashMap<String, Vec<JoinHandle<()>>>>>,
+    triggers: mpsc::UnboundedSender<Trigger>,
+}
+
+impl Engaged {
+    pub fn new(triggers: mpsc::UnboundedSender<Trigger>) -> Self {
+        Engaged { projects: Projects::default(), tasks: Arc::default(), triggers }
+    }
+
+    /// Start the five watches of a project; its namespaces are written once all have listed.
+    pub fn engage(&self, name: &str, client: Client) {
+        let index = Arc::new(ProjectIndex::default());
+        let (tx, rx) = mpsc::unbounded_channel();
+        let project = name.to_owned();
+        forward(rx, self.triggers.clone(), move |change| Trigger::Project(project.clone(), change));
+        let w = |i: &Arc<ProjectIndex>| Arc::clone(i);
+        let tasks = vec![
+            spawn_follow::<HttpProxy, _>(Api::all(client.clone()), KindWriter::new(w(&index), tx.clone())),
+            spawn_follow::<NetworkService, _>(Api::all(client.clone()), KindWriter::new(w(&index), tx.clone())),
+            spawn_follow::<NetworkInterface, _>(Api::all(client.clone()), KindWriter::new(w(&index), tx.clone())),
+            spawn_follow::<Slice, _>(Api::all(client.clone()), KindWriter::new(w(&index), tx.clone())),
+            spawn_follow::<Namespace, _>(Api::all(client), KindWriter::new(w(&index), tx)),
+        ];
+        tracing::info!(project = name, "project engaged");
+        self.projects.write().unwrap_or_else(std::sync::PoisonError::into_inner).insert(name.to_owned(), index);
+        if let Some(old) =
+            self.tasks.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(name.to_owned(), tasks)
+        {
+            old.iter().for_each(JoinHandle::abort);
+        }
+    }
+
+    /// Stop a project's watches; its records stay as they are.
+    pub fn disengage(&self, name: &str) {
+        self.projects.write().unwrap_or_else(std::sync::PoisonError::into_inner).remove(name);
+        if let Some(tasks) = self.tasks.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(name) {
+            tasks.iter().for_each(JoinHandle::abort);
+        }
+        tracing::info!(project = name, "project disengaged; its records are left as they are");
+    }
+
+    fn names(&self) -> Vec<String> {
+        self.projects.read().unwrap_or_else(std::sync::PoisonError::into_inner).keys().cloned().collect()
+    }
+}
+
+/// Engage a project per kubeconfig in `dir`, and follow the directory: files added, changed or
+/// removed engage, re-engage or disengage their project.
+async fn follow_projects_dir(dir: &Path, engaged: &Engaged) {
+    let mut changes = edgegate::index::fs_watch::DirChanges::new();
+    let mut watching = false;
+    let mut seen: BTreeMap<String, (PathBuf, Option<edgegate::index::fs_watch::FileStamp>)> = BTreeMap::new();
+    loop {
+        watching = watching || changes.watch(dir);
+        let files = project_files(dir);
+        for (name, path) in &files {
+            let stamp = edgegate::index::fs_watch::FileStamp::of(path);
+            if seen.get(name).is_some_and(|(_, s)| *s == stamp) {
+                continue;
+            }
+            match edgegate::runtime::hub::kube_client(Some(path), None).await {
+                Ok(client) => {
+                    engaged.engage(name, client);
+                    seen.insert(name.clone(), (path.clone(), stamp));
+                }
+                Err(error) => {
+                    tracing::warn!(project = %name, path = %path.display(), error = format!("{error:#}"), "project kubeconfig unusable; not engaged")
+                }
+            }
+        }
+        for name in engaged.names() {
+            if !files.contains_key(&name) {
+                engaged.disengage(&name);
+                seen.remove(&name);
+            }
+        }
+        tokio::select! {
+            _ = changes.changed.recv() => {}
+            () = tokio::time::sleep(std::time::Duration::from_secs(if watching { 30 } else { 1 })) => {}
+        }
+    }
+}
+
+fn project_files(dir: &Path) -> BTreeMap<String, PathBuf> {
+    let Ok(entries) = std::fs::read_dir(dir) else { return BTreeMap::new() };
+    entries
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|e| e == "kubeconfig" || e == "yaml") && p.is_file())
+        .map(|p| (stem(&p), p))
+        .collect()
+}
+
+struct Admin {
+    view: Arc<HubView>,
+    engaged: Engaged,
+    metrics: Arc<Metrics>,
+    leader: watch::Receiver<bool>,
+}
+
+impl Probes for Admin {
+    fn ready(&self) -> Result<(), String> {
+        if !self.view.synced() {
+            return Err("hub namespaces and records not listed yet".into());
+        }
+        let projects = self.engaged.projects.read().unwrap_or_else(std::sync::PoisonError::into_inner);
+        match projects.iter().find(|(_, p)| !p.ever_synced()) {
+            Some((name, _)) => Err(format!("project {name} not listed yet")),
+            None => Ok(()),
+        }
+    }
+
+    fn metrics(&self) -> String {
+        let projects = self.engaged.projects.read().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let synced = projects.values().filter(|p| p.synced()).count();
+        self.metrics.set_state(*self.leader.borrow(), synced, projects.len() - synced);
+        self.metrics.encode()
+    }
+}

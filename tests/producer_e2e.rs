@@ -1,0 +1,219 @@
+//! edgegate-producer on two real kube-apiservers: one plays a project control plane (with test
+//! CRDs for HTTPProxy, NetworkService and NetworkInterface, tests/crds/project.yaml), the other
+//! the hub. Upstream's seven cases, the safety cases of PRODUCER.md, then the whole flow with the
+//! webhook and the pruner attached to the hub.
+
+#[path = "support/control_plane.rs"]
+mod control_plane;
+#[path = "support/e2e_helpers.rs"]
+mod helpers;
+
+use helpers::*;
+use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
+
+const SCOPE: &str = "producer";
+
+fn resource(kind: &str, plural: &str) -> ApiResource {
+    ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("networking.datumapis.com", "v1alpha", kind), plural)
+}
+
+/// Create or replace a project object by server-side apply.
+async fn put(client: &Client, ns: &str, kind: &str, plural: &str, name: &str, body: serde_json::Value) {
+    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &resource(kind, plural));
+    let mut object = body;
+    object["apiVersion"] = json!("networking.datumapis.com/v1alpha");
+    object["kind"] = json!(kind);
+    object["metadata"]["name"] = json!(name);
+    object["metadata"]["namespace"] = json!(ns);
+    api.patch(name, &PatchParams::apply("e2e").force(), &Patch::Apply(&object)).await.expect("apply project object");
+}
+
+async fn remove(client: &Client, ns: &str, kind: &str, plural: &str, name: &str) {
+    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &resource(kind, plural));
+    api.delete(name, &DeleteParams::default()).await.expect("delete project object");
+}
+
+async fn interface(client: &Client, ns: &str, name: &str, app: &str, phase: &str, address: &str) {
+    let body = json!({"metadata": {"labels": {"app": app}},
+        "spec": {"addresses": [{"address": address}], "externalAddresses": [{"address": "203.0.113.7"}]},
+        "status": {"phase": phase}});
+    put(client, ns, "NetworkInterface", "networkinterfaces", name, body).await;
+}
+
+async fn service(client: &Client, ns: &str, name: &str, app: &str) {
+    let body = json!({"spec": {"networkInterfaces": {"selector": {"matchLabels": {"app": app}}}}});
+    put(client, ns, "NetworkService", "networkservices", name, body).await;
+}
+
+async fn proxy(client: &Client, ns: &str, name: &str, backends: serde_json::Value) {
+    let body = json!({"spec": {"hostnames": ["x.example"], "rules": [{"backends": backends}]}});
+    put(client, ns, "HTTPProxy", "httpproxies", name, body).await;
+}
+
+/// The hub record's addresses; `None` without a record.
+async fn record(hub: &Client, hub_ns: &str) -> Option<Vec<String>> {
+    let api: Api<edgegate::EdgeReachability> = Api::namespaced(hub.clone(), hub_ns);
+    api.get_opt("default").await.expect("get record").map(|r| r.entries().to_vec())
+}
+
+async fn project_namespace(client: &Client, name: &str) -> String {
+    namespace(client, name, &[]).await;
+    let api: Api<Namespace> = Api::all(client.clone());
+    api.get(name).await.expect("ns").metadata.uid.expect("uid")
+}
+
+fn kubectl_apply(cp: &ControlPlane, path: &Path) {
+    let out = std::process::Command::new("kubectl")
+        .arg(format!("--kubeconfig={}", cp.kubeconfig.display()))
+        .args(["apply", "--server-side", "-f"])
+        .arg(path)
+        .output()
+        .expect("kubectl");
+    assert!(out.status.success(), "applying {}: {}", path.display(), String::from_utf8_lossy(&out.stderr));
+}
+
+fn start_producer(hub: &ControlPlane, project: &ControlPlane) -> Process {
+    let port = free_port();
+    let log = hub.dir.join(format!("producer-{port}.log"));
+    let args = [
+        format!("--kubeconfig={}", hub.kubeconfig.display()),
+        format!("--project-kubeconfig={}", project.kubeconfig.display()),
+        "--project-name=e2e".to_owned(),
+        format!("--listen=127.0.0.1:{port}"),
+        "--no-leader-election".to_owned(),
+        "--resync=2s".to_owned(),
+    ];
+    let child = spawn_guarded(&binary("edgegate-producer"), &args, &log);
+    Process { child, port, log }
+}
+
+fn median_max(mut times: Vec<Duration>) -> (Duration, Duration) {
+    times.sort();
+    (times[times.len() / 2], times[times.len() - 1])
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn producer_between_a_project_and_the_hub() {
+    let hub_cp = shared();
+    let project_cp = ControlPlane::own();
+    let hub = hub_cp.client().await;
+    let project = project_cp.client().await;
+    install_crd(&hub).await;
+    kubectl_apply(&project_cp, &repo().join("tests/crds/project.yaml"));
+    let proxies: Api<DynamicObject> = Api::all_with(project.clone(), &resource("HTTPProxy", "httpproxies"));
+    eventually(Duration::from_secs(30), "project CRDs served", async || {
+        proxies.list(&Default::default()).await.is_ok()
+    })
+    .await;
+
+    let a = format!("ns-{}", project_namespace(&project, "proj-a").await);
+    let b = format!("ns-{}", project_namespace(&project, "proj-b").await);
+    let c = format!("ns-{}", project_namespace(&project, "proj-c").await);
+    namespace(&hub, &a, &[("edgegate-e2e", SCOPE)]).await;
+    namespace(&hub, &c, &[]).await;
+    // proj-c's record is owned by another writer (the Go reconciler, say).
+    let theirs = json!({"apiVersion": "networking.datumapis.com/v1alpha", "kind": "EdgeReachability",
+                        "metadata": {"name": "default", "namespace": c}, "spec": {"addresses": ["fd20:0:c::1"]}});
+    Api::<edgegate::EdgeReachability>::namespaced(hub.clone(), &c)
+        .patch("default", &PatchParams::apply("network-services-operator"), &Patch::Apply(&theirs))
+        .await
+        .expect("their record");
+
+    let producer = start_producer(hub_cp, &project_cp);
+    eventually(Duration::from_secs(30), "producer ready", async || {
+        http_status(&format!("http://127.0.0.1:{}/readyz", producer.port), None) == 200
+    })
+    .await;
+
+    // Upstream 1: no proxy → an empty record.
+    eventually(Duration::from_secs(10), "empty record for proj-a", async || record(&hub, &a).await == Some(vec![]))
+        .await;
+    // Upstream 7: no hub namespace → no record; safety: the namespace created later gets its record.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(record(&hub, &b).await, None, "no hub namespace: no record");
+    namespace(&hub, &b, &[]).await;
+    let took = eventually(Duration::from_secs(5), "record once the hub namespace exists", async || {
+        record(&hub, &b).await == Some(vec![])
+    })
+    .await;
+    assert!(took < Duration::from_secs(1), "hub namespace → record took {took:?}");
+    // Safety: another field manager's record is not overridden, and the conflict is counted.
+    eventually(Duration::from_secs(10), "conflict counted", async || {
+        counter(&metrics(&producer), "edgegate_producer_writes_total{result=\"conflict\"}") > 0
+    })
+    .await;
+    assert_eq!(record(&hub, &c).await, Some(vec!["fd20:0:c::1".to_owned()]), "their record stays");
+
+    // Upstream 2, 3, 5: only Bound members of a proxied service, prefix length stripped.
+    service(&project, "proj-a", "web", "web").await;
+    interface(&project, "proj-a", "web-1", "web", "Bound", "fd20:0:2::1:0:0/128").await;
+    interface(&project, "proj-a", "web-2", "web", "Bound", "fd20:0:2::1:0:1").await;
+    interface(&project, "proj-a", "web-3", "web", "Available", "fd20:0:2::1:0:3").await;
+    interface(&project, "proj-a", "db-1", "db", "Bound", "fd20:0:2::db").await;
+    proxy(&project, "proj-a", "web", json!([{"networkService": {"name": "web", "port": 80}}])).await;
+    let want = |v: &[&str]| Some(v.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>());
+    eventually(Duration::from_secs(5), "members recorded", async || {
+        record(&hub, &a).await == want(&["fd20:0:2::1:0:0", "fd20:0:2::1:0:1"])
+    })
+    .await;
+    // Upstream 4: an interface relabelled out of the selector is removed.
+    interface(&project, "proj-a", "web-2", "other", "Bound", "fd20:0:2::1:0:1").await;
+    eventually(Duration::from_secs(5), "relabelled interface removed", async || {
+        record(&hub, &a).await == want(&["fd20:0:2::1:0:0"])
+    })
+    .await;
+    // Upstream 6: an instance backend's slice addresses are recorded.
+    create(&project, "proj-a", &slice(SCOPE, "vm-1", false, &["fd20:0:9::1"]), false).await.expect("slice");
+    proxy(&project, "proj-a", "vm", json!([{"instance": {"name": "vm-1", "port": 22}}])).await;
+    eventually(Duration::from_secs(5), "instance recorded", async || {
+        record(&hub, &a).await == want(&["fd20:0:2::1:0:0", "fd20:0:9::1"])
+    })
+    .await;
+    // Safety: a record deleted by hand comes back.
+    Api::<edgegate::EdgeReachability>::namespaced(hub.clone(), &a)
+        .delete("default", &DeleteParams::default())
+        .await
+        .expect("delete record");
+    eventually(Duration::from_secs(5), "hand-deleted record back", async || {
+        record(&hub, &a).await == want(&["fd20:0:2::1:0:0", "fd20:0:9::1"])
+    })
+    .await;
+
+    // The whole flow, with the webhook and the pruner on the hub.
+    let webhook = start_webhook(hub_cp, &hub_cp.kubeconfig);
+    let ca = dev_certs().join("ca.crt");
+    eventually(Duration::from_secs(30), "webhook ready", async || {
+        http_status(&format!("https://127.0.0.1:{}/readyz", webhook.port), Some(&ca)) == 200
+    })
+    .await;
+    register_webhook(&hub, webhook.port, SCOPE).await;
+    eventually(Duration::from_secs(30), "webhook in effect", async || {
+        create(&hub, &a, &slice(SCOPE, "marker", true, &["fd20:0:2::9"]), true).await.is_err()
+    })
+    .await;
+    let _pruner = start_pruner(hub_cp, SCOPE, &hub_cp.kubeconfig, &["--no-leader-election"]);
+    let (mut to_record, mut to_gone) = (Vec::new(), Vec::new());
+    for i in 0..20 {
+        let (name, app, address) = (format!("flow-{i}"), format!("flow-{i}"), format!("fd20:0:7::{:x}", i + 1));
+        service(&project, "proj-a", &name, &app).await;
+        proxy(&project, "proj-a", &name, json!([{"networkService": {"name": name, "port": 80}}])).await;
+        interface(&project, "proj-a", &name, &app, "Bound", &address).await;
+        to_record.push(
+            eventually(Duration::from_secs(5), "interface → record", async || {
+                record(&hub, &a).await.is_some_and(|r| r.contains(&address))
+            })
+            .await,
+        );
+        create(&hub, &a, &slice(SCOPE, &name, true, &[&address]), false).await.expect("a served copy is admitted");
+        remove(&project, "proj-a", "HTTPProxy", "httpproxies", &name).await;
+        to_gone.push(
+            eventually(Duration::from_secs(10), "proxy deleted → copy gone", async || !exists(&hub, &a, &name).await)
+                .await,
+        );
+    }
+    let (median, max) = median_max(to_record);
+    eprintln!("producer: interface change → record updated over 20 changes: median {median:?}, max {max:?}");
+    let (median, max) = median_max(to_gone);
+    eprintln!("producer: proxy deleted → copy gone over 20 changes: median {median:?}, max {max:?}");
+    assert!(median < Duration::from_secs(2), "proxy deleted → copy gone median {median:?}");
+}
