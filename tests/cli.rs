@@ -93,3 +93,14 @@ fn check_old_judges_an_update() {
     let (code, out) = check("/nonexistent-old.yaml", &path("old.yaml"));
     assert_eq!(code, 2, "{out}");
 }
+
+#[test]
+fn deploy_keeps_the_generated_producer_roles() {
+    let (code, printed) = edgegate(&["rbac", "--producer"]);
+    assert_eq!(code, 0);
+    let kept = std::fs::read_to_string(repo("deploy/components/producer/roles.yaml")).expect("roles");
+    assert_eq!(
+        printed, kept,
+        "deploy/components/producer/roles.yaml is stale: run `cargo run -q --bin edgegate -- rbac --producer > deploy/components/producer/roles.yaml`"
+    );
+}

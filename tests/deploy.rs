@@ -315,3 +315,17 @@ fn karmada_host_overlay_runs_the_binaries_against_the_hub() {
     let service = find(&objects, "Service", "edgegate-webhook");
     assert_eq!(service["metadata"]["namespace"], "edgegate-system");
 }
+
+#[test]
+fn producer_component_adds_the_producer_with_exact_rbac() {
+    use edgegate::runtime::rbac::{PRODUCER_HUB, PRODUCER_LEASE, PRODUCER_PROJECT};
+    let objects = render(&repo().join("deploy/overlays/with-producer"));
+    assert_common(&objects);
+    let producer = find(&objects, "Deployment", "edgegate-producer");
+    assert_args_match(producer, edgegate_producer::args::Args::command());
+    let spec = &producer["spec"]["template"]["spec"];
+    assert_eq!(spec["volumes"][0]["secret"]["secretName"], "edgegate-producer-projects");
+    assert_eq!(rules_of(find(&objects, "ClusterRole", "edgegate-producer")), expected(PRODUCER_HUB));
+    assert_eq!(rules_of(find(&objects, "ClusterRole", "edgegate-producer-project")), expected(PRODUCER_PROJECT));
+    assert_eq!(rules_of(find(&objects, "Role", "edgegate-producer-lease")), expected(&[PRODUCER_LEASE]));
+}

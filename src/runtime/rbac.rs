@@ -40,6 +40,41 @@ pub const PRUNER: &[Rule] = &[
 pub const PRUNER_LEASE: Rule =
     Rule { group: "coordination.k8s.io", resource: "leases", names: &[], verbs: &["get", "create", "patch"] };
 
+/// `edgegate-producer` on the hub: records read, created and server-side applied (never deleted),
+/// hub namespaces listed and watched (never created), Warning Events. Its Lease: [`PRODUCER_LEASE`].
+pub const PRODUCER_HUB: &[Rule] = &[
+    Rule {
+        group: "networking.datumapis.com",
+        resource: "edgereachabilities",
+        names: &[],
+        verbs: &["get", "list", "watch", "create", "patch"],
+    },
+    Rule { group: "", resource: "namespaces", names: &[], verbs: &["list", "watch"] },
+    Rule { group: "events.k8s.io", resource: "events", names: &[], verbs: &["create", "patch"] },
+];
+
+/// The producer's Lease rule, granted in its own namespace only.
+pub const PRODUCER_LEASE: Rule = PRUNER_LEASE;
+
+/// `edgegate-producer` in each project control plane: read only, the five kinds it watches.
+pub const PRODUCER_PROJECT: &[Rule] = &[
+    Rule { group: "networking.datumapis.com", resource: "httpproxies", names: &[], verbs: &["get", "list", "watch"] },
+    Rule {
+        group: "networking.datumapis.com",
+        resource: "networkservices",
+        names: &[],
+        verbs: &["get", "list", "watch"],
+    },
+    Rule {
+        group: "networking.datumapis.com",
+        resource: "networkinterfaces",
+        names: &[],
+        verbs: &["get", "list", "watch"],
+    },
+    Rule { group: "discovery.k8s.io", resource: "endpointslices", names: &[], verbs: &["get", "list", "watch"] },
+    Rule { group: "", resource: "namespaces", names: &[], verbs: &["get", "list", "watch"] },
+];
+
 /// Does any of `rules` allow `verb` on `group`/`resource` (any object of it)?
 pub fn allows(rules: &[Rule], group: &str, resource: &str, verb: &str) -> bool {
     rules.iter().any(|r| r.group == group && r.resource == resource && r.names.is_empty() && r.verbs.contains(&verb))
