@@ -40,18 +40,28 @@ pub struct Reachability {
 
 /// The answer for `ns`.
 pub fn reachable(ns: &ProjectNamespace) -> Reachability {
-    answer(ns, None)
+    let (addresses, bad_selectors) = answer(ns, None);
+    Reachability { addresses: addresses.into_iter().map(str::to_owned).collect(), bad_selectors }
+}
+
+/// The answer's addresses, borrowed from `ns`: what a recompute compares with the record on the
+/// hub before anything is allocated (in the steady state they are equal and nothing is).
+pub fn reachable_addresses(ns: &ProjectNamespace) -> Vec<&str> {
+    answer(ns, None).0
 }
 
 /// The answer for `ns`, with one line per proxy, backend, service and interface saying what it
 /// contributed and why: `edgegate reachability`'s report.
 pub fn explain(ns: &ProjectNamespace) -> (Reachability, Vec<String>) {
     let mut lines = Vec::new();
-    let answer = answer(ns, Some(&mut lines));
-    (answer, lines)
+    let (addresses, bad_selectors) = answer(ns, Some(&mut lines));
+    (Reachability { addresses: addresses.into_iter().map(str::to_owned).collect(), bad_selectors }, lines)
 }
 
-fn answer(ns: &ProjectNamespace, mut why: Option<&mut Vec<String>>) -> Reachability {
+/// The addresses, borrowed and sorted, and the selectors that could not be evaluated.
+type Answer<'a> = (Vec<&'a str>, Vec<(String, String)>);
+
+fn answer<'a>(ns: &'a ProjectNamespace, mut why: Option<&mut Vec<String>>) -> Answer<'a> {
     // Lines are only formatted when asked for: the producer's recompute formats nothing.
     let mut say = |line: &dyn Fn() -> String| {
         if let Some(lines) = why.as_deref_mut() {
@@ -138,7 +148,7 @@ fn answer(ns: &ProjectNamespace, mut why: Option<&mut Vec<String>>) -> Reachabil
     }
     addresses.sort_unstable();
     addresses.dedup();
-    Reachability { addresses: addresses.into_iter().map(str::to_owned).collect(), bad_selectors }
+    (addresses, bad_selectors)
 }
 
 static EMPTY: BTreeMap<String, String> = BTreeMap::new();
