@@ -179,6 +179,61 @@ async fn producer_between_a_project_and_the_hub() {
     })
     .await;
 
+    // Safety: an answer over 8,192 addresses is not written; the old record stays, and says why.
+    let d = format!("ns-{}", project_namespace(&project, "proj-d").await);
+    namespace(&hub, &d, &[]).await;
+    for i in 0..9 {
+        let addresses: Vec<String> = (1..=1000).map(|j| format!("fd20:d:{:x}::{j:x}", i + 1)).collect();
+        let refs: Vec<&str> = addresses.iter().map(String::as_str).collect();
+        create(&project, "proj-d", &slice(SCOPE, &format!("big-{i}"), false, &refs), false).await.expect("big slice");
+    }
+    proxy(&project, "proj-d", "big", json!([{"instance": {"name": "big-0"}}])).await;
+    eventually(Duration::from_secs(10), "1,000 addresses recorded", async || {
+        record(&hub, &d).await.is_some_and(|r| r.len() == 1000)
+    })
+    .await;
+    let nine: Vec<_> = (0..9).map(|i| json!({"instance": {"name": format!("big-{i}")}})).collect();
+    proxy(&project, "proj-d", "big", json!(nine)).await;
+    eventually(Duration::from_secs(10), "oversized counted", async || {
+        counter(&metrics(&producer), "edgegate_producer_writes_total{result=\"oversized\"}") > 0
+    })
+    .await;
+    assert_eq!(record(&hub, &d).await.map(|r| r.len()), Some(1000), "never truncated: the old record stays");
+    let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(hub.clone(), &d);
+    eventually(Duration::from_secs(5), "a Warning Event on the record", async || {
+        events
+            .list(&Default::default())
+            .await
+            .expect("events")
+            .items
+            .iter()
+            .any(|e| e.reason.as_deref() == Some("RecordOversized"))
+    })
+    .await;
+
+    // Safety: an unreachable project writes nothing; its records stay as they are (here: a
+    // record deleted by hand meanwhile is not written back until the project is listed again).
+    let down = std::thread::spawn(move || {
+        project_cp.restart("kube-apiserver", Duration::from_secs(8));
+        project_cp
+    });
+    eventually(Duration::from_secs(6), "project seen unreachable", async || {
+        metrics(&producer).contains("edgegate_producer_projects{state=\"unsynced\"} 1")
+    })
+    .await;
+    Api::<edgegate::EdgeReachability>::namespaced(hub.clone(), &b)
+        .delete("default", &DeleteParams::default())
+        .await
+        .expect("delete record");
+    tokio::time::sleep(Duration::from_secs(3)).await; // a resync and more
+    assert_eq!(record(&hub, &b).await, None, "nothing written while the project is unreachable");
+    let _project_cp = down.join().expect("restart");
+    let took = eventually(Duration::from_secs(15), "record back once the project is listed again", async || {
+        record(&hub, &b).await == Some(vec![])
+    })
+    .await;
+    eprintln!("producer: project back → record written after {took:?}");
+
     // The whole flow, with the webhook and the pruner on the hub.
     let webhook = start_webhook(hub_cp, &hub_cp.kubeconfig);
     let ca = dev_certs().join("ca.crt");

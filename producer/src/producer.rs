@@ -84,9 +84,19 @@ impl Producer {
         }
         let Some(uid) = index.uid(namespace) else { return Written::Skipped };
         let hub_ns = format!("ns-{uid}");
+        if !self.view.has_namespace(&hub_ns) {
+            tracing::debug!(project, namespace, hub_namespace = hub_ns, "no hub namespace yet; nothing written");
+            return Written::NoHubNamespace;
+        }
         let started = Instant::now();
-        let answer = index.reachable(namespace);
+        let (changed, before) = self
+            .view
+            .with_record(&hub_ns, |current| (index.changed_answer(namespace, current), current.map(<[String]>::len)));
         self.metrics.recompute(started.elapsed());
+        let Some(answer) = changed else {
+            self.metrics.addresses(before.unwrap_or_default());
+            return Written::Unchanged;
+        };
         for (service, why) in &answer.bad_selectors {
             tracing::warn!(
                 project,
@@ -112,15 +122,6 @@ impl Producer {
             self.warn(&hub_ns, "RecordOversized", message).await;
             return Written::Oversized;
         }
-        if !self.view.has_namespace(&hub_ns) {
-            tracing::debug!(project, namespace, hub_namespace = hub_ns, "no hub namespace yet; nothing written");
-            return Written::NoHubNamespace;
-        }
-        let before = self.view.record(&hub_ns);
-        if before.as_ref() == Some(&addresses) {
-            self.metrics.addresses(addresses.len());
-            return Written::Unchanged;
-        }
         let record = json!({
             "apiVersion": "networking.datumapis.com/v1alpha",
             "kind": "EdgeReachability",
@@ -132,7 +133,7 @@ impl Producer {
         let api: Api<edgegate::EdgeReachability> = Api::namespaced(self.hub.clone(), &hub_ns);
         match api.patch(self.view.record_name(), &params, &Patch::Apply(&record)).await {
             Ok(_) => {
-                let before = before.map_or_else(|| "none".to_owned(), |b| b.len().to_string());
+                let before = before.map_or_else(|| "none".to_owned(), |b| b.to_string());
                 tracing::info!(
                     project,
                     namespace,

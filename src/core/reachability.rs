@@ -146,12 +146,27 @@ fn answer<'a>(ns: &'a ProjectNamespace, mut why: Option<&mut Vec<String>>) -> An
             addresses.push(a);
         }
     }
-    addresses.sort_unstable();
-    addresses.dedup();
-    (addresses, bad_selectors)
+    (sorted_unique(addresses), bad_selectors)
 }
 
 static EMPTY: BTreeMap<String, String> = BTreeMap::new();
+
+/// Byte-wise sorted, each once. Sorting compares the first 16 bytes as one big-endian integer
+/// (zero-padded), and the whole strings only where those are equal: the same order as comparing
+/// the strings, at a fraction of the cost for addresses that share a long prefix.
+fn sorted_unique(addresses: Vec<&str>) -> Vec<&str> {
+    let key = |s: &str| {
+        let mut head = [0u8; 16];
+        let n = s.len().min(16);
+        head[..n].copy_from_slice(&s.as_bytes()[..n]);
+        u128::from_be_bytes(head)
+    };
+    let mut keyed: Vec<(u128, &str)> = addresses.into_iter().map(|a| (key(a), a)).collect();
+    keyed.sort_unstable();
+    let mut out: Vec<&str> = keyed.into_iter().map(|(_, a)| a).collect();
+    out.dedup();
+    out
+}
 
 /// Interfaces by the value of one label: for each selector, the first of its `matchLabels`, so a
 /// service looks only at the interfaces that can match it rather than at every interface.
@@ -307,6 +322,30 @@ mod tests {
         ];
         for (row, proxies, want) in rows {
             assert_eq!(answer_with(proxies).addresses, want, "row: {row}");
+        }
+    }
+
+    #[test]
+    fn sorted_unique_is_byte_wise_sort_and_dedup() {
+        let mut rng = 0x9e37_79b9_7f4a_7c15_u64;
+        let mut next = || {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            rng
+        };
+        for _ in 0..200 {
+            let words: Vec<String> = (0..(next() % 40))
+                .map(|_| {
+                    let len = (next() % 24) as usize;
+                    (0..len).map(|_| b"fd20:0A\0x."[(next() % 10) as usize] as char).collect()
+                })
+                .collect();
+            let refs: Vec<&str> = words.iter().map(String::as_str).collect();
+            let mut want = refs.clone();
+            want.sort_unstable();
+            want.dedup();
+            assert_eq!(sorted_unique(refs), want);
         }
     }
 

@@ -48,9 +48,9 @@ impl HubView {
         read(&self.namespaces).contains(namespace)
     }
 
-    /// The record's addresses as written; `None` when the namespace has no record.
-    pub fn record(&self, namespace: &str) -> Option<Vec<String>> {
-        read(&self.records).get(namespace).cloned()
+    /// `f` of the record's addresses as written (`None`: no record), without copying them.
+    pub fn with_record<T>(&self, namespace: &str, f: impl FnOnce(Option<&[String]>) -> T) -> T {
+        f(read(&self.records).get(namespace).map(Vec::as_slice))
     }
 
     /// What was just written, so the next recompute compares against it before the watch says so.

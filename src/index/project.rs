@@ -13,7 +13,7 @@ use tokio::sync::mpsc::UnboundedSender;
 use super::source::follow::WatchSink;
 use super::source::kubernetes::Change;
 use crate::core::project::{HttpProxy, NetworkInterface, NetworkService};
-use crate::core::reachability::{ProjectNamespace, Reachability, reachable};
+use crate::core::reachability::{ProjectNamespace, Reachability, reachable, reachable_addresses};
 use crate::core::slice::Slice;
 
 /// The five watches, in the order of [`ProjectIndex`]'s sync flags.
@@ -48,6 +48,16 @@ impl ProjectIndex {
     /// The answer for one namespace: empty when it holds none of the kinds.
     pub fn reachable(&self, namespace: &str) -> Reachability {
         read(&self.namespaces).get(namespace).map(reachable).unwrap_or_default()
+    }
+
+    /// The answer for one namespace unless it equals `current`, the record on the hub: `None`
+    /// then, and the comparison allocates nothing (the steady state of every resync).
+    pub fn changed_answer(&self, namespace: &str, current: Option<&[String]>) -> Option<Reachability> {
+        let namespaces = read(&self.namespaces);
+        let empty = ProjectNamespace::default();
+        let objects = namespaces.get(namespace).unwrap_or(&empty);
+        let same = current.is_some_and(|c| reachable_addresses(objects).iter().eq(c.iter()));
+        (!same).then(|| reachable(objects))
     }
 
     /// The namespace's UID, while the project has that namespace.
