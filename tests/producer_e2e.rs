@@ -272,3 +272,75 @@ async fn producer_between_a_project_and_the_hub() {
     eprintln!("producer: proxy deleted → copy gone over 20 changes: median {median:?}, max {max:?}");
     assert!(median < Duration::from_secs(2), "proxy deleted → copy gone median {median:?}");
 }
+
+/// RSS of the process a watchdog shell runs (its one child).
+fn rss_mib(p: &Process) -> u64 {
+    let shell = p.child.id();
+    let children = std::fs::read_to_string(format!("/proc/{shell}/task/{shell}/children")).expect("children");
+    let pid = children.split_whitespace().next().expect("the watched process").to_owned();
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("status");
+    let kib: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:").and_then(|v| v.trim().trim_end_matches(" kB").parse().ok()))
+        .unwrap_or(0);
+    kib / 1024
+}
+
+/// Not part of CI: the producer's memory with 10,000 NetworkInterfaces across 500 namespaces of
+/// one project (`cargo test -p edgegate-producer --test producer_e2e -- --ignored --nocapture`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a measurement, minutes long"]
+async fn producer_rss_with_10000_interfaces_in_500_namespaces() {
+    use futures::StreamExt;
+    let hub_cp = ControlPlane::own();
+    let project_cp = ControlPlane::own();
+    let hub = hub_cp.client().await;
+    let project = project_cp.client().await;
+    install_crd(&hub).await;
+    kubectl_apply(&project_cp, &repo().join("tests/crds/project.yaml"));
+    let proxies: Api<DynamicObject> = Api::all_with(project.clone(), &resource("HTTPProxy", "httpproxies"));
+    eventually(Duration::from_secs(30), "project CRDs served", async || {
+        proxies.list(&Default::default()).await.is_ok()
+    })
+    .await;
+    let started = Instant::now();
+    let namespaces: Vec<String> = (0..500).map(|n| format!("p-{n}")).collect();
+    futures::stream::iter(&namespaces)
+        .for_each_concurrent(16, |ns| {
+            let (hub, project) = (hub.clone(), project.clone());
+            async move {
+                let uid = project_namespace(&project, ns).await;
+                namespace(&hub, &format!("ns-{uid}"), &[]).await;
+                service(&project, ns, "web", "web").await;
+                proxy(&project, ns, "web", json!([{"networkService": {"name": "web", "port": 80}}])).await;
+            }
+        })
+        .await;
+    let interfaces: Vec<(usize, usize)> = (0..500).flat_map(|n| (0..20).map(move |i| (n, i))).collect();
+    futures::stream::iter(interfaces)
+        .for_each_concurrent(32, |(n, i)| {
+            let project = project.clone();
+            async move {
+                let address = format!("fd20:{:x}:{:x}::1/128", n + 1, i + 1);
+                interface(&project, &format!("p-{n}"), &format!("nic-{i}"), "web", "Bound", &address).await;
+            }
+        })
+        .await;
+    eprintln!("world of 500 namespaces, 10,000 interfaces made in {:?}", started.elapsed());
+    let producer = start_producer(&hub_cp, &project_cp);
+    let started = Instant::now();
+    let records: Api<edgegate::EdgeReachability> = Api::all(hub.clone());
+    eventually(Duration::from_secs(300), "every record written", async || {
+        records
+            .list(&Default::default())
+            .await
+            .is_ok_and(|l| l.items.iter().filter(|r| r.entries().len() == 20).count() >= 500)
+    })
+    .await;
+    let first_write = started.elapsed();
+    tokio::time::sleep(Duration::from_secs(5)).await; // resyncs over the whole project
+    eprintln!(
+        "producer: 10,000 interfaces in 500 namespaces: all records written {first_write:?} after start, RSS {} MiB",
+        rss_mib(&producer)
+    );
+}
