@@ -104,3 +104,53 @@ fn deploy_keeps_the_generated_producer_roles() {
         "deploy/components/producer/roles.yaml is stale: run `cargo run -q --bin edgegate -- rbac --producer > deploy/components/producer/roles.yaml`"
     );
 }
+
+#[test]
+fn audit_offline_exits_by_what_would_be_deleted() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = |name: &str| dir.path().join(name).to_string_lossy().into_owned();
+    let served = repo("examples/records/edgereachability.yaml").to_string_lossy().into_owned();
+    let copy = repo("examples/copy-endpointslice.yaml").to_string_lossy().into_owned();
+    let (code, out) = edgegate(&["audit", "--records", &served, "--slices", &copy]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.ends_with("the webhook would refuse 0, the pruner would delete 0\n"), "{out}");
+
+    // `kubectl get -o yaml` lists: an empty record, and the copy inside a List.
+    let ns = "ns-3f6c1a52-9e0b-4c1d-8a77-0b5e2d9c4f10";
+    let record = format!(
+        "apiVersion: v1\nkind: List\nitems:\n- apiVersion: networking.datumapis.com/v1alpha\n  kind: EdgeReachability\n  metadata: {{name: default, namespace: {ns}}}\n  spec: {{addresses: []}}\n"
+    );
+    std::fs::write(path("records.yaml"), record).expect("write");
+    std::fs::create_dir(path("slices")).expect("dir");
+    let listed = std::fs::read_to_string(&copy).expect("copy").replace('\n', "\n  ");
+    std::fs::write(path("slices/list.yaml"), format!("apiVersion: v1\nkind: List\nitems:\n- {listed}")).expect("write");
+    let (code, out) = edgegate(&["audit", "--records", &path("records.yaml"), "--slices", &path("slices")]);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains(&format!("{ns}: record empty; 1 copies, 0 without endpoints\n")), "{out}");
+    assert!(out.contains("  would delete vpc-lab-1-web-6d5f9c7b8d-x2k4q (fd20:0:2::1:0:0)\n"), "{out}");
+
+    let (code, out) =
+        edgegate(&["audit", "--records", &path("records.yaml"), "--slices", &path("slices"), "--output", "json"]);
+    assert_eq!(code, 1, "{out}");
+    let report: serde_json::Value = serde_json::from_str(&out).expect("JSON");
+    assert_eq!(
+        report["summary"],
+        serde_json::json!({"namespaces": 1, "records": 1, "copies": 1, "wouldRefuse": 1, "wouldDelete": 1})
+    );
+    let entry = &report["namespaces"][0];
+    assert_eq!(entry["namespace"], ns);
+    assert_eq!(entry["record"], serde_json::json!({"state": "empty", "addresses": 0, "invalid": 0}));
+    assert_eq!((entry["copies"].as_u64(), entry["copiesWithoutEndpoints"].as_u64()), (Some(1), Some(0)));
+    assert_eq!(
+        entry["wouldDelete"],
+        serde_json::json!([{"name": "vpc-lab-1-web-6d5f9c7b8d-x2k4q", "addresses": ["fd20:0:2::1:0:0"]}])
+    );
+
+    // Errors print no report and exit 2.
+    let (code, out) = edgegate(&["audit", "--records", "/nonexistent", "--slices", &copy]);
+    assert_eq!(code, 2, "{out}");
+    assert!(!out.contains("summary"), "{out}");
+    std::fs::write(path("bad.yaml"), "kind: [").expect("write");
+    let (code, out) = edgegate(&["audit", "--records", &served, "--slices", &path("bad.yaml")]);
+    assert_eq!(code, 2, "{out}");
+}

@@ -253,6 +253,80 @@ async fn a_terminating_copy_can_leave_and_an_unnamed_copy_can_be_labelled() {
     assert!(took < Duration::from_secs(1), "finalizer removed → copy gone took {took:?}");
 }
 
+/// Issue #14: on the same world, `edgegate audit`'s "would delete" is exactly what the pruner
+/// deletes, and afterwards the audit is clean (exit 0).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn audit_predicts_exactly_what_the_pruner_deletes() {
+    let cp = shared();
+    let client = cp.client().await;
+    install_crd(&client).await;
+    for ns in ["au-a", "au-empty", "au-none"] {
+        namespace(&client, ns, &[]).await;
+    }
+    set_record(&client, "au-a", &["fd20:0:8::1"]).await;
+    set_record(&client, "au-empty", &[]).await;
+    for (ns, s) in [
+        ("au-a", slice("audit", "served", true, &["fd20:0:8::1"])),
+        ("au-a", slice("audit", "unserved", true, &["fd20:0:8::9", "fd20:0:8::a"])),
+        ("au-a", slice("audit", "bare", true, &[])),
+        ("au-a", slice("audit", "plain", false, &["fd20:0:8::9"])),
+        ("au-empty", slice("audit", "x", true, &["fd20:0:8::1"])),
+        ("au-none", slice("audit", "y", true, &["fd20:0:8::9"])),
+    ] {
+        create(&client, ns, &s, false).await.expect("create");
+    }
+    let selector = format!("--copy-selector={COPY_LABEL}=true,edgegate-e2e=audit");
+    let audit = || {
+        let out = std::process::Command::new(binary("edgegate"))
+            .args(["audit", &format!("--kubeconfig={}", cp.kubeconfig.display()), &selector, "--output=json"])
+            .output()
+            .expect("edgegate audit");
+        let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON report");
+        (out.status.code(), report)
+    };
+    let (code, report) = audit();
+    assert_eq!(code, Some(1), "something would be deleted");
+    let mut predicted: Vec<(String, String)> = report["namespaces"]
+        .as_array()
+        .expect("namespaces")
+        .iter()
+        .flat_map(|n| {
+            let ns = n["namespace"].as_str().unwrap_or_default().to_owned();
+            n["wouldDelete"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default()
+                .into_iter()
+                .map(move |d| (ns.clone(), d["name"].as_str().unwrap_or_default().to_owned()))
+        })
+        .collect();
+    predicted.sort();
+    assert_eq!(predicted, [("au-a".to_owned(), "unserved".to_owned()), ("au-empty".to_owned(), "x".to_owned())]);
+
+    let pruner = start_pruner(cp, "audit", &cp.kubeconfig, &["--no-leader-election"]);
+    eventually(Duration::from_secs(30), "pruner done", async || {
+        counter(&metrics(&pruner), "edgegate_prune_deletions_total{result=\"deleted\"}") == 2
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let mut gone = Vec::new();
+    for (ns, name) in [
+        ("au-a", "served"),
+        ("au-a", "unserved"),
+        ("au-a", "bare"),
+        ("au-a", "plain"),
+        ("au-empty", "x"),
+        ("au-none", "y"),
+    ] {
+        if !exists(&client, ns, name).await {
+            gone.push((ns.to_owned(), name.to_owned()));
+        }
+    }
+    assert_eq!(gone, predicted, "the pruner deleted exactly what the audit said");
+    let (code, report) = audit();
+    assert_eq!((code, report["summary"]["wouldDelete"].as_u64()), (Some(0), Some(0)), "clean afterwards");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deploy_rbac_is_sufficient_and_no_wider_than_needed() {
     let cp = shared();

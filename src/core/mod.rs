@@ -3,6 +3,7 @@
 //! table-tested.
 
 pub mod address;
+pub mod audit;
 pub mod crd;
 pub mod decision;
 #[doc(hidden)]

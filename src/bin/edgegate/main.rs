@@ -3,11 +3,13 @@
 
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::Arc;
 
 use clap::{Parser, Subcommand};
-use edgegate::core::decision::{Allowed, Decision, decide, decide_update};
-use edgegate::{CopySelector, RecordState};
+use edgegate::CopySelector;
+
+mod audit;
+mod check;
+mod reachability;
 
 #[derive(Parser)]
 #[command(name = "edgegate", version, about = "edgegate's offline tools")]
@@ -29,6 +31,10 @@ enum Command {
         #[arg(long)]
         producer: bool,
     },
+    /// What the webhook would refuse and the pruner would delete now, per namespace, from the
+    /// hub (--kubeconfig) or from files (--records, --slices). Exit 0 when nothing would be
+    /// deleted, 1 when something would, 2 on error.
+    Audit(audit::AuditArgs),
     /// What edgegate-producer would record for one project namespace, and why: each proxy,
     /// backend, service and interface with its phase. Reads the project; writes nothing.
     Reachability {
@@ -77,8 +83,9 @@ fn main() -> ExitCode {
             print!("{}", if producer { producer_rbac_yaml() } else { rbac_yaml(ca_bundle) });
             ExitCode::SUCCESS
         }
+        Command::Audit(args) => audit::run(&args),
         Command::Reachability { project_kubeconfig, context, namespace } => {
-            match reachability(&project_kubeconfig, context.as_deref(), &namespace) {
+            match reachability::reachability(&project_kubeconfig, context.as_deref(), &namespace) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     eprintln!("error: {e:#}");
@@ -86,7 +93,8 @@ fn main() -> ExitCode {
                 }
             }
         }
-        Command::Check { old, record, slice, copy_selector } => match check(record, old, &slice, &copy_selector) {
+        Command::Check { old, record, slice, copy_selector } => match check::check(record, old, &slice, &copy_selector)
+        {
             Ok(code) => code,
             Err(e) => {
                 eprintln!("error: {e:#}");
@@ -136,95 +144,4 @@ fn producer_rbac_yaml() -> String {
         out.push_str(role);
         out
     })
-}
-
-/// `edgegate reachability`: list the namespace's objects once and explain the answer.
-fn reachability(kubeconfig: &std::path::Path, context: Option<&str>, namespace: &str) -> anyhow::Result<()> {
-    use edgegate::core::project::{HttpProxy, NetworkInterface, NetworkService};
-    use edgegate::core::reachability::{ProjectNamespace, explain};
-    use kube::Api;
-    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-    runtime.block_on(async {
-        let _ = rustls::crypto::ring::default_provider().install_default();
-        let client = edgegate::runtime::hub::kube_client(Some(kubeconfig), context).await?;
-        let lp = kube::api::ListParams::default();
-        let ns = ProjectNamespace {
-            proxies: by_name(Api::<HttpProxy>::namespaced(client.clone(), namespace).list(&lp).await?.items),
-            services: by_name(Api::<NetworkService>::namespaced(client.clone(), namespace).list(&lp).await?.items),
-            interfaces: by_name(Api::<NetworkInterface>::namespaced(client.clone(), namespace).list(&lp).await?.items),
-            slices: by_name(Api::<edgegate::Slice>::namespaced(client, namespace).list(&lp).await?.items),
-        };
-        let (answer, lines) = explain(&ns);
-        for line in lines {
-            println!("{line}");
-        }
-        println!("record for {namespace}: {} address(es)", answer.addresses.len());
-        for address in &answer.addresses {
-            println!("  - {address}");
-        }
-        anyhow::Ok(())
-    })
-}
-
-/// Objects by name.
-fn by_name<K: kube::Resource>(items: Vec<K>) -> std::collections::BTreeMap<String, K> {
-    items.into_iter().map(|o| (kube::ResourceExt::name_any(&o), o)).collect()
-}
-
-fn check(
-    record: Option<PathBuf>,
-    old: Option<PathBuf>,
-    slice: &std::path::Path,
-    selector: &CopySelector,
-) -> anyhow::Result<ExitCode> {
-    use anyhow::Context;
-    let state = match record {
-        None => RecordState::Absent,
-        Some(path) => {
-            let text = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
-            let mut records = edgegate::index::source::files::parse_file(&path, &text)?;
-            anyhow::ensure!(records.len() == 1, "{} holds {} records; give one", path.display(), records.len());
-            let record = edgegate::index::source::record_of(&records.remove(0));
-            for bad in record.invalid() {
-                println!("skipped record entry {:?}: {}", bad.entry, bad.error);
-            }
-            RecordState::Present(Arc::new(record))
-        }
-    };
-    let slice = read_slice(slice)?;
-    Ok(match old.as_deref().map(read_slice).transpose()? {
-        Some(old) => report(&decide_update(&state, &old, &slice, selector)),
-        None => report(&decide(&state, &slice, selector)),
-    })
-}
-
-fn read_slice(path: &std::path::Path) -> anyhow::Result<edgegate::Slice> {
-    use anyhow::Context;
-    let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-    serde_saphyr::from_str(&text).with_context(|| format!("{} is not an EndpointSlice", path.display()))
-}
-
-fn report(decision: &Decision) -> ExitCode {
-    match decision {
-        Decision::Allow(why) => {
-            let why = match why {
-                Allowed::NotACopy => "not a copy (the copy selector does not match its labels)".to_owned(),
-                Allowed::NoAddresses => "the copy carries no address".to_owned(),
-                Allowed::NoRecord => "the namespace has no record; nothing changes until it has one".to_owned(),
-                Allowed::Named(a) => format!("the record names {a}"),
-                Allowed::Terminating => "the copy is being deleted; an UPDATE of it carries nothing new".to_owned(),
-                Allowed::NothingNew => "an UPDATE of a copy that adds no address it did not carry".to_owned(),
-            };
-            println!("allow: {why}");
-            ExitCode::SUCCESS
-        }
-        Decision::Deny(denial) => {
-            println!("deny: {}", denial.message());
-            ExitCode::from(1)
-        }
-        Decision::Unavailable(reason) => {
-            println!("error: {reason}");
-            ExitCode::from(2)
-        }
-    }
 }

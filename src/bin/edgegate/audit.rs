@@ -1,0 +1,149 @@
+//! `edgegate audit`: the records and copies, listed once from the hub or read from files, through
+//! the core's audit (the pruner's own plan).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use anyhow::Context;
+use edgegate::core::audit::{Report, audit};
+use edgegate::{CopySelector, EdgeReachability, Record, Slice};
+
+#[derive(clap::Args)]
+pub struct AuditArgs {
+    /// The hub's kubeconfig (live audit). Without it and without --records: in-cluster, then
+    /// ~/.kube/config.
+    #[arg(long, conflicts_with_all = ["records", "slices"])]
+    kubeconfig: Option<PathBuf>,
+    /// Kubeconfig context, for a live audit.
+    #[arg(long)]
+    context: Option<String>,
+    /// Only this namespace (live audit).
+    #[arg(long, short = 'n')]
+    namespace: Option<String>,
+    /// Records from a file or a directory of YAML/JSON files (offline audit; `kubectl get -o yaml`
+    /// lists accepted).
+    #[arg(long, requires = "slices")]
+    records: Option<PathBuf>,
+    /// EndpointSlices from a file or a directory of YAML/JSON files (offline audit).
+    #[arg(long, requires = "records")]
+    slices: Option<PathBuf>,
+    /// Label selector that identifies copies.
+    #[arg(long, env = "EDGEGATE_COPY_SELECTOR", default_value = edgegate::core::selector::DEFAULT_COPY_SELECTOR)]
+    copy_selector: CopySelector,
+    /// Only records with this name count.
+    #[arg(long, env = "EDGEGATE_RECORD_NAME", default_value = edgegate::index::store::DEFAULT_RECORD_NAME)]
+    record_name: String,
+    /// text, or json (field names documented in docs/rolling-out.md).
+    #[arg(long, short = 'o', value_enum, default_value_t = Output::Text)]
+    output: Output,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Output {
+    Text,
+    Json,
+}
+
+pub fn run(args: &AuditArgs) -> ExitCode {
+    let report = match (&args.records, &args.slices) {
+        (Some(records), Some(slices)) => offline(records, slices, args),
+        _ => live(args),
+    };
+    let report = match report {
+        Ok(report) => report,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            return ExitCode::from(2);
+        }
+    };
+    match args.output {
+        Output::Text => print!("{}", report.text()),
+        Output::Json => match serde_json::to_string_pretty(&report) {
+            Ok(json) => println!("{json}"),
+            Err(e) => {
+                eprintln!("error: {e}");
+                return ExitCode::from(2);
+            }
+        },
+    }
+    if report.summary.would_delete > 0 { ExitCode::from(1) } else { ExitCode::SUCCESS }
+}
+
+/// The namespaces' records (those named `record_name`), normalised.
+fn by_namespace(resources: &[EdgeReachability], record_name: &str) -> BTreeMap<String, Arc<Record>> {
+    resources
+        .iter()
+        .filter(|r| r.metadata.name.as_deref() == Some(record_name))
+        .map(|r| (r.metadata.namespace.clone().unwrap_or_default(), Arc::new(edgegate::index::source::record_of(r))))
+        .collect()
+}
+
+fn live(args: &AuditArgs) -> anyhow::Result<Report> {
+    use kube::Api;
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    runtime.block_on(async {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let client = edgegate::runtime::hub::kube_client(args.kubeconfig.as_deref(), args.context.as_deref()).await?;
+        let (records, copies): (Api<EdgeReachability>, Api<Slice>) = match &args.namespace {
+            Some(ns) => (Api::namespaced(client.clone(), ns), Api::namespaced(client, ns)),
+            None => (Api::all(client.clone()), Api::all(client)),
+        };
+        let records = records.list(&Default::default()).await.context("listing EdgeReachability records")?.items;
+        let copies = copies
+            .list(&kube::api::ListParams::default().labels(args.copy_selector.as_str()))
+            .await
+            .context("listing copies")?
+            .items;
+        Ok(audit(&by_namespace(&records, &args.record_name), &copies, &args.copy_selector))
+    })
+}
+
+fn offline(records: &Path, slices: &Path, args: &AuditArgs) -> anyhow::Result<Report> {
+    let mut resources = Vec::new();
+    for file in files(records)? {
+        let text = std::fs::read_to_string(&file).with_context(|| format!("reading {}", file.display()))?;
+        resources.extend(edgegate::index::source::files::parse_file(&file, &text)?);
+    }
+    let mut copies = Vec::new();
+    for file in files(slices)? {
+        let text = std::fs::read_to_string(&file).with_context(|| format!("reading {}", file.display()))?;
+        copies.extend(parse_slices(&file, &text)?);
+    }
+    Ok(audit(&by_namespace(&resources, &args.record_name), &copies, &args.copy_selector))
+}
+
+/// `path` itself, or the YAML and JSON files in it.
+fn files(path: &Path) -> anyhow::Result<Vec<PathBuf>> {
+    if !path.is_dir() {
+        anyhow::ensure!(path.exists(), "{} does not exist", path.display());
+        return Ok(vec![path.to_owned()]);
+    }
+    let mut files: Vec<PathBuf> = std::fs::read_dir(path)
+        .with_context(|| format!("reading {}", path.display()))?
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|e| e == "yaml" || e == "yml" || e == "json"))
+        .collect();
+    files.sort();
+    Ok(files)
+}
+
+/// EndpointSlices from one file: documents, each a slice or a List of them.
+fn parse_slices(path: &Path, text: &str) -> anyhow::Result<Vec<Slice>> {
+    let docs: Vec<serde_json::Value> =
+        serde_saphyr::from_multiple(text).with_context(|| format!("{} is not YAML or JSON", path.display()))?;
+    let mut slices = Vec::new();
+    for doc in docs {
+        let kind = doc["kind"].as_str().unwrap_or_default().to_owned();
+        let items =
+            if kind.ends_with("List") { doc["items"].as_array().cloned().unwrap_or_default() } else { vec![doc] };
+        for item in items {
+            let slice = serde_json::from_value(item)
+                .with_context(|| format!("{}: a document of kind {kind:?} is not an EndpointSlice", path.display()))?;
+            slices.push(slice);
+        }
+    }
+    Ok(slices)
+}

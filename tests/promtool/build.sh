@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Build promtool from the Prometheus Go module (through the Go module proxy) into a cache outside
+# the repo, keyed by version, so a second run is instant. Prints the path of the binary.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+version=$(awk '$1 == "github.com/prometheus/prometheus" {print $2}' "$here/go.mod")
+cache=${EDGEGATE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/edgegate}/promtool/${version}
+if [[ -x $cache/promtool ]]; then
+  echo "$cache/promtool"
+  exit 0
+fi
+mkdir -p "$cache"
+cd "$here"
+start=$(date +%s)
+GOFLAGS=-mod=mod go build -p 2 -trimpath -ldflags "-s -w" -o "$cache/promtool.tmp" github.com/prometheus/prometheus/cmd/promtool >&2
+mv "$cache/promtool.tmp" "$cache/promtool"
+echo "built promtool ${version} in $(( $(date +%s) - start ))s" >&2
+echo "$cache/promtool"

@@ -1,0 +1,5 @@
+module edgegate.test/promtool
+
+go 1.26.7
+
+require github.com/prometheus/prometheus v0.316.0 // indirect
