@@ -329,3 +329,23 @@ fn producer_component_adds_the_producer_with_exact_rbac() {
     assert_eq!(rules_of(find(&objects, "ClusterRole", "edgegate-producer-project")), expected(PRODUCER_PROJECT));
     assert_eq!(rules_of(find(&objects, "Role", "edgegate-producer-lease")), expected(&[PRODUCER_LEASE]));
 }
+
+#[test]
+fn monitoring_component_adds_rules_monitors_and_the_dashboard() {
+    let objects = render(&repo().join("deploy/overlays/with-monitoring"));
+    assert_common(&objects);
+    let rule = find(&objects, "PrometheusRule", "edgegate");
+    assert_eq!(rule["metadata"]["namespace"], "edgegate-system");
+    assert!(rule["spec"]["groups"].as_array().is_some_and(|g| g.len() == 3));
+    for name in ["edgegate-webhook", "edgegate-pruner", "edgegate-producer"] {
+        let monitor = find(&objects, "PodMonitor", name);
+        assert_eq!(monitor["spec"]["jobLabel"], "app.kubernetes.io/name");
+        assert_eq!(monitor["spec"]["selector"]["matchLabels"]["app.kubernetes.io/name"], name);
+        assert_eq!(monitor["spec"]["podMetricsEndpoints"][0]["port"], "admin");
+    }
+    let dashboard = find(&objects, "ConfigMap", "edgegate-dashboard");
+    assert_eq!(dashboard["metadata"]["labels"]["grafana_dashboard"], "1");
+    let json: Value =
+        serde_json::from_str(dashboard["data"]["edgegate.json"].as_str().expect("dashboard")).expect("JSON");
+    assert_eq!(json["uid"], "edgegate");
+}

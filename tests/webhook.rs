@@ -293,6 +293,14 @@ fn metrics_and_probes_are_served() {
     ] {
         assert!(metrics.contains(line), "missing {line:?} in\n{metrics}");
     }
+    // The served leaf's notAfter: in the future (the dev certificate lives for years).
+    let expiry: f64 = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("edgegate_tls_certificate_expiry_timestamp_seconds "))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no certificate expiry gauge in\n{metrics}"));
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64());
+    assert!(expiry > now + 86_400.0, "expiry {expiry} is not in the future (now {now})");
     assert_eq!(webhook.get("/nope").0, 404);
 }
 

@@ -28,7 +28,7 @@ impl Metrics {
     pub fn new() -> Self {
         let mut registry = Registry::with_prefix("edgegate");
         let projects = registered(&mut registry, "producer_projects", "Engaged projects, by state: synced or unsynced");
-        let writes = registered(
+        let writes: Family<ResultLabels, Counter> = registered(
             &mut registry,
             "producer_writes",
             "Record writes, by result: applied, unchanged, no_hub_namespace, oversized, conflict, error",
@@ -45,6 +45,10 @@ impl Metrics {
             recompute.clone(),
         );
         let leader = registered(&mut registry, "leader", "1 while this replica holds the Lease and may write");
+        // Every result from the start, at 0: an alert on increase() sees the first one.
+        for result in ["applied", "unchanged", "no_hub_namespace", "oversized", "conflict", "error"] {
+            let _ = writes.get_or_create(&ResultLabels { result });
+        }
         Metrics { registry, projects, writes, addresses, recompute, leader }
     }
 

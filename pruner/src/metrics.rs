@@ -21,7 +21,7 @@ pub struct Metrics {
 impl Metrics {
     pub fn new() -> Self {
         let mut registry = Registry::with_prefix("edgegate");
-        let deletions = registered(
+        let deletions: Family<ResultLabels, Counter> = registered(
             &mut registry,
             "prune_deletions",
             "Copies deleted, by result: deleted, gone (404), changed (409), dry_run, skipped, error, terminating (unnamed but already being deleted: left alone, counted each pass)",
@@ -32,6 +32,10 @@ impl Metrics {
         let synced =
             registered(&mut registry, "prune_caches_synced", "1 while both the record and the copy caches are whole");
         let copies = registered(&mut registry, "prune_copies", "Copies in the cache");
+        // Every result from the start, at 0: an alert on rate() or increase() sees the first one.
+        for result in ["deleted", "gone", "changed", "dry_run", "skipped", "error", "terminating"] {
+            let _ = deletions.get_or_create(&ResultLabels { result });
+        }
         Metrics { registry, deletions, pass_duration, leader, synced, copies }
     }
 

@@ -3,7 +3,7 @@
 # the repo, keyed by version, so a second run is instant. Prints the path of the binary.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-version=$(awk '$1 == "github.com/prometheus/prometheus" {print $2}' "$here/go.mod")
+version=$(awk '{for (i = 1; i < NF; i++) if ($i == "github.com/prometheus/prometheus") print $(i + 1)}' "$here/go.mod")
 cache=${EDGEGATE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/edgegate}/promtool/${version}
 if [[ -x $cache/promtool ]]; then
   echo "$cache/promtool"

@@ -2,4 +2,4 @@ module edgegate.test/promtool
 
 go 1.26.7
 
-require github.com/prometheus/prometheus v0.316.0 // indirect
+require github.com/prometheus/prometheus v0.316.0

@@ -31,6 +31,7 @@ pub struct Metrics {
     invalid_entries: Gauge,
     ignored_records: Gauge,
     synced: Gauge,
+    certificate_expiry: Gauge,
 }
 
 impl Metrics {
@@ -42,7 +43,8 @@ impl Metrics {
         // 50 µs .. ~0.8 s: reviews are answered from memory, so the interesting range is small.
         let duration = Histogram::new(prometheus_client::metrics::histogram::exponential_buckets(0.000_05, 2.5, 12));
         r.register("admission_duration_seconds", "Time to decode, judge and encode one review", duration.clone());
-        let tls_reloads = registered(r, "tls_reloads", "Serving certificate reloads after a file change, by result");
+        let tls_reloads: Family<ResultLabels, Counter> =
+            registered(r, "tls_reloads", "Serving certificate reloads after a file change, by result");
         let record_file_errors =
             registered(r, "record_file_errors", "Record files that failed to parse (their last good state was kept)");
         let records = registered(r, "records", "EdgeReachability records in force (one per namespace)");
@@ -53,6 +55,16 @@ impl Metrics {
             registered(r, "records_ignored", "EdgeReachability objects ignored because of their name");
         let synced =
             registered(r, "record_source_synced", "1 once the record source has loaded its first complete view");
+        // Named after cert-manager's certmanager_certificate_expiration_timestamp_seconds.
+        let certificate_expiry = registered(
+            r,
+            "tls_certificate_expiry_timestamp_seconds",
+            "notAfter of the serving certificate's leaf, in seconds since the Unix epoch",
+        );
+        // Both results from the start, at 0: an alert on increase() sees the first failure.
+        for result in ["success", "failure"] {
+            let _ = tls_reloads.get_or_create(&ResultLabels { result });
+        }
         Metrics {
             registry,
             reviews,
@@ -64,7 +76,13 @@ impl Metrics {
             invalid_entries,
             ignored_records,
             synced,
+            certificate_expiry,
         }
+    }
+
+    /// The served leaf's notAfter (Unix seconds).
+    pub fn certificate_expiry(&self, not_after: i64) {
+        self.certificate_expiry.set(not_after);
     }
 
     pub fn review(&self, operation: &'static str, decision: &'static str, dry_run: bool, took: Duration) {

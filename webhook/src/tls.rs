@@ -33,6 +33,15 @@ impl ResolvesServerCert for CertResolver {
 }
 
 /// A certificate and key read from PEM files, checked to belong together.
+/// Set the expiry gauge from the leaf's notAfter.
+fn record_expiry(certified: &CertifiedKey, metrics: &Metrics) {
+    let Some(leaf) = certified.cert.first() else { return };
+    match x509_parser::parse_x509_certificate(leaf.as_ref()) {
+        Ok((_, cert)) => metrics.certificate_expiry(cert.validity().not_after.timestamp()),
+        Err(error) => tracing::warn!(%error, "cannot read the serving certificate's expiry"),
+    }
+}
+
 pub fn load_certified_key(cert_path: &Path, key_path: &Path) -> Result<CertifiedKey> {
     let certs = read_certs(cert_path)?;
     let key_pem = std::fs::read(key_path).with_context(|| format!("reading {}", key_path.display()))?;
@@ -116,6 +125,7 @@ impl CertReloader {
     pub fn new(cert: PathBuf, key: PathBuf, metrics: Arc<Metrics>) -> Result<Self> {
         let stamp = Some((FileStamp::of(&cert), FileStamp::of(&key), None));
         let loaded = load_certified_key(&cert, &key)?;
+        record_expiry(&loaded, &metrics);
         let resolver = Arc::new(CertResolver { current: ArcSwap::from_pointee(loaded) });
         Ok(CertReloader { cert, key, resolver, stamp, metrics, bundle: None })
     }
@@ -171,6 +181,7 @@ impl CertReloader {
                     }
                     sync.narrow_later(ca);
                 }
+                record_expiry(&loaded, &self.metrics);
                 self.resolver.current.store(Arc::new(loaded));
                 self.stamp = now;
                 self.metrics.tls_reload("success");
