@@ -45,6 +45,14 @@ fn has(objects: &[Value], kind: &str) -> bool {
 }
 
 fn assert_webhook_invariants(objects: &[Value]) {
+    let conditions: Vec<&str> =
+        find(objects, "ValidatingWebhookConfiguration", "edgegate")["webhooks"][0]["matchConditions"]
+            .as_array()
+            .expect("matchConditions")
+            .iter()
+            .filter_map(|c| c["name"].as_str())
+            .collect();
+    assert_eq!(conditions, ["not-terminating", "carries-an-address", "adds-an-address-or-becomes-a-copy"]);
     let vwc = find(objects, "ValidatingWebhookConfiguration", "edgegate");
     let hook = &vwc["webhooks"][0];
     assert_eq!(hook["admissionReviewVersions"], json!(["v1"]));

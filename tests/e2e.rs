@@ -204,7 +204,7 @@ async fn a_terminating_copy_can_leave_and_an_unnamed_copy_can_be_labelled() {
         http_status(&format!("https://127.0.0.1:{}/readyz", webhook.port), Some(&ca)) == 200
     })
     .await;
-    register_webhook(&client, webhook.port, "finalizer").await;
+    register_webhook_called_always(&client, webhook.port, "finalizer").await;
     eventually(Duration::from_secs(30), "webhook configuration in effect", async || {
         create(&client, "fin-a", &slice("finalizer", "marker", true, &["fd20:0:5::9"]), true).await.is_err()
     })
@@ -325,6 +325,71 @@ async fn audit_predicts_exactly_what_the_pruner_deletes() {
     assert_eq!(gone, predicted, "the pruner deleted exactly what the audit said");
     let (code, report) = audit();
     assert_eq!((code, report["summary"]["wouldDelete"].as_u64()), (Some(0), Some(0)), "clean afterwards");
+}
+
+/// Issue #17: deploy's matchConditions spare the webhook the calls whose answer cannot be a
+/// refusal, and the answers stay what the webhook itself gives.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn match_conditions_skip_only_what_cannot_be_refused() {
+    let cp = shared();
+    let client = cp.client().await;
+    install_crd(&client).await;
+    namespace(&client, "mc-a", &[("edgegate-e2e", "match")]).await;
+    set_record(&client, "mc-a", &["fd20:0:6::1", "fd20:0:6::2"]).await;
+    let webhook = start_webhook(cp, &cp.kubeconfig);
+    let ca = dev_certs().join("ca.crt");
+    let url = format!("https://127.0.0.1:{}/", webhook.port);
+    eventually(Duration::from_secs(30), "webhook ready", async || {
+        http_status(&format!("{url}readyz"), Some(&ca)) == 200
+    })
+    .await;
+    register_webhook(&client, webhook.port, "match").await;
+    eventually(Duration::from_secs(30), "webhook in effect", async || {
+        create(&client, "mc-a", &slice("match", "marker", true, &["fd20:0:6::9"]), true).await.is_err()
+    })
+    .await;
+    let reviews = || {
+        let out = std::process::Command::new("curl")
+            .args(["-s", "--cacert"])
+            .arg(&ca)
+            .arg(format!("{url}metrics"))
+            .output()
+            .expect("curl");
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter(|l| l.starts_with("edgegate_admission_reviews_total{"))
+            .filter_map(|l| l.rsplit(' ').next().and_then(|v| v.parse::<u64>().ok()))
+            .sum::<u64>()
+    };
+    let slices: Api<EndpointSlice> = Api::namespaced(client.clone(), "mc-a");
+    let patch = |body: serde_json::Value| Patch::Merge(body);
+    let mut held = slice("match", "held", true, &["fd20:0:6::1"]);
+    held.metadata.finalizers = Some(vec!["e2e.edgegate.example/hold".into()]);
+    // (what, the call, reaches the webhook?, admitted?)
+    let before = reviews();
+    create(&client, "mc-a", &held, false).await.expect("a named copy: called, admitted");
+    assert_eq!(reviews(), before + 1, "a CREATE is reviewed");
+    let label = json!({"metadata": {"labels": {"claimed": "yes"}}});
+    slices.patch("held", &PatchParams::default(), &patch(label)).await.expect("a label: admitted");
+    assert_eq!(reviews(), before + 1, "a metadata-only UPDATE of a copy is not sent");
+    create(&client, "mc-a", &slice("match", "bare", true, &[]), false).await.expect("no endpoints: admitted");
+    assert_eq!(reviews(), before + 1, "a copy without addresses is not sent");
+    let grow = json!({"endpoints": [{"addresses": ["fd20:0:6::1"]}, {"addresses": ["fd20:0:6::2"]}]});
+    slices.patch("held", &PatchParams::default(), &patch(grow)).await.expect("a named address added: admitted");
+    assert_eq!(reviews(), before + 2, "an UPDATE adding an address is reviewed");
+    set_record(&client, "mc-a", &[]).await;
+    let grow = json!({"endpoints": [{"addresses": ["fd20:0:6::1"]}, {"addresses": ["fd20:0:6::2"]}, {"addresses": ["fd20:0:6::3"]}]});
+    let refused = eventually(Duration::from_secs(5), "an unnamed address added is refused", async || {
+        slices.patch("held", &PatchParams::default(), &patch(grow.clone())).await.is_err()
+    })
+    .await;
+    assert!(refused < Duration::from_secs(5));
+    slices.delete("held", &DeleteParams::default()).await.expect("DELETE");
+    let calls = reviews();
+    let release = json!({"metadata": {"finalizers": null}});
+    slices.patch("held", &PatchParams::default(), &patch(release)).await.expect("the last finalizer removed");
+    assert_eq!(reviews(), calls, "an UPDATE of a terminating copy is not sent");
+    eventually(Duration::from_secs(5), "gone", async || !exists(&client, "mc-a", "held").await).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -215,12 +215,25 @@ pub fn counter(text: &str, series: &str) -> u64 {
 /// deploy/'s ValidatingWebhookConfiguration, pointed at a local process by url with the dev CA,
 /// and scoped to namespaces labelled `edgegate-e2e=<scope>` so other tests are not affected.
 pub async fn register_webhook(client: &Client, port: u16, scope: &str) {
+    register(client, port, scope, true).await;
+}
+
+/// The same without its matchConditions, as an API server that lacks them would call the
+/// webhook: every review reaches it, so a test proves the webhook's own answer.
+pub async fn register_webhook_called_always(client: &Client, port: u16, scope: &str) {
+    register(client, port, scope, false).await;
+}
+
+async fn register(client: &Client, port: u16, scope: &str, match_conditions: bool) {
     let text = std::fs::read_to_string(repo().join("deploy/base/admission/validating-webhook.yaml")).expect("vwc");
     let mut vwc: serde_json::Value = serde_saphyr::from_str(&text).expect("vwc parses");
     let ca = std::fs::read(dev_certs().join("ca.crt")).expect("ca");
     let hook = &mut vwc["webhooks"][0];
     hook["clientConfig"] = json!({"url": format!("https://127.0.0.1:{port}/validate"), "caBundle": base64(&ca)});
     hook["namespaceSelector"]["matchLabels"] = json!({"edgegate-e2e": scope});
+    if !match_conditions && let Some(hook) = hook.as_object_mut() {
+        hook.remove("matchConditions");
+    }
     vwc["metadata"]["name"] = json!(format!("edgegate-{scope}"));
     let api: Api<k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration> =
         Api::all(client.clone());
