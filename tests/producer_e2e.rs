@@ -273,19 +273,6 @@ async fn producer_between_a_project_and_the_hub() {
     assert!(median < Duration::from_secs(2), "proxy deleted → copy gone median {median:?}");
 }
 
-/// RSS of the process a watchdog shell runs (its one child).
-fn rss_mib(p: &Process) -> u64 {
-    let shell = p.child.id();
-    let children = std::fs::read_to_string(format!("/proc/{shell}/task/{shell}/children")).expect("children");
-    let pid = children.split_whitespace().next().expect("the watched process").to_owned();
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("status");
-    let kib: u64 = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:").and_then(|v| v.trim().trim_end_matches(" kB").parse().ok()))
-        .unwrap_or(0);
-    kib / 1024
-}
-
 /// Not part of CI: the producer's memory with 10,000 NetworkInterfaces across 500 namespaces of
 /// one project (`cargo test -p edgegate-producer --test producer_e2e -- --ignored --nocapture`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

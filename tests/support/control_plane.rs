@@ -245,6 +245,15 @@ impl ControlPlane {
         text.lines().rev().take(30).collect::<Vec<_>>().into_iter().rev().collect::<Vec<_>>().join("\n")
     }
 
+    /// The pid of `name` (etcd, kube-apiserver) itself, under its watchdog shell.
+    pub fn pid(&self, name: &str) -> u32 {
+        let processes = self.processes.lock().expect("processes");
+        let (_, _, shell) = processes.iter().find(|(n, _, _)| *n == name).expect("known process");
+        let shell = shell.id();
+        let children = std::fs::read_to_string(format!("/proc/{shell}/task/{shell}/children")).unwrap_or_default();
+        children.split_whitespace().next().and_then(|p| p.parse().ok()).expect("the watched process")
+    }
+
     /// An admin client.
     pub async fn client(&self) -> kube::Client {
         edgegate::runtime::hub::kube_client(Some(&self.kubeconfig), None).await.expect("admin client")

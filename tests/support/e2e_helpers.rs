@@ -257,3 +257,31 @@ pub fn base64(bytes: &[u8]) -> String {
     }
     out
 }
+
+/// RSS of the process a watchdog shell runs (its one child).
+pub fn rss_mib(p: &Process) -> u64 {
+    let pid = pid_of(p);
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("status");
+    let kib: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:").and_then(|v| v.trim().trim_end_matches(" kB").parse().ok()))
+        .unwrap_or(0);
+    kib / 1024
+}
+
+/// CPU seconds (user + system) `pid` has used.
+pub fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // Fields after the command name (which may hold spaces) start at ") ".
+    let fields: Vec<&str> =
+        stat.rsplit_once(") ").map(|(_, rest)| rest.split_whitespace().collect()).unwrap_or_default();
+    let ticks: f64 = [11, 12].iter().filter_map(|&i| fields.get(i).and_then(|v| v.parse::<f64>().ok())).sum();
+    ticks / 100.0
+}
+
+/// The pid under a watchdog shell.
+pub fn pid_of(p: &Process) -> u32 {
+    let shell = p.child.id();
+    let children = std::fs::read_to_string(format!("/proc/{shell}/task/{shell}/children")).unwrap_or_default();
+    children.split_whitespace().next().and_then(|p| p.parse().ok()).expect("the watched process")
+}

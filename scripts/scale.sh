@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Hub scale on the project's own kube-apiserver + etcd (tests/control-plane), loopback only:
+# 10,000 namespaces with a record and 10 copies each (100,000 copies), then the pruner and the
+# webhook (--kubernetes; then with 1,000,000 record addresses) started against it and measured.
+# Release build. Bounded: every wait in tests/scale.rs has a limit. About 15-25 minutes on 2 cores.
+#
+#   scripts/scale.sh            prints the figures (lines starting "scale:")
+set -euo pipefail
+cd "$(dirname "$0")/.."
+tests/control-plane/build.sh >/dev/null
+cargo build --release --locked --workspace --quiet
+cargo test --release --locked -p edgegate-pruner --test scale -- --ignored --nocapture 2>&1 | grep -E '^scale:|test result|panicked'
