@@ -348,19 +348,7 @@ async fn match_conditions_skip_only_what_cannot_be_refused() {
         create(&client, "mc-a", &slice("match", "marker", true, &["fd20:0:6::9"]), true).await.is_err()
     })
     .await;
-    let reviews = || {
-        let out = std::process::Command::new("curl")
-            .args(["-s", "--cacert"])
-            .arg(&ca)
-            .arg(format!("{url}metrics"))
-            .output()
-            .expect("curl");
-        String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .filter(|l| l.starts_with("edgegate_admission_reviews_total{"))
-            .filter_map(|l| l.rsplit(' ').next().and_then(|v| v.parse::<u64>().ok()))
-            .sum::<u64>()
-    };
+    let reviews = || webhook_reviews(webhook.port, &ca);
     let slices: Api<EndpointSlice> = Api::namespaced(client.clone(), "mc-a");
     let patch = |body: serde_json::Value| Patch::Merge(body);
     let mut held = slice("match", "held", true, &["fd20:0:6::1"]);

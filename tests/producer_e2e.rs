@@ -72,6 +72,16 @@ fn kubectl_apply(cp: &ControlPlane, path: &Path) {
     assert!(out.status.success(), "applying {}: {}", path.display(), String::from_utf8_lossy(&out.stderr));
 }
 
+/// The project kinds' test CRDs, served.
+async fn install_project_crds(cp: &ControlPlane, project: &Client) {
+    kubectl_apply(cp, &repo().join("tests/crds/project.yaml"));
+    let proxies: Api<DynamicObject> = Api::all_with(project.clone(), &resource("HTTPProxy", "httpproxies"));
+    eventually(Duration::from_secs(30), "project CRDs served", async || {
+        proxies.list(&Default::default()).await.is_ok()
+    })
+    .await;
+}
+
 fn start_producer(hub: &ControlPlane, project: &ControlPlane) -> Process {
     let port = free_port();
     let log = hub.dir.join(format!("producer-{port}.log"));
@@ -99,12 +109,7 @@ async fn producer_between_a_project_and_the_hub() {
     let hub = hub_cp.client().await;
     let project = project_cp.client().await;
     install_crd(&hub).await;
-    kubectl_apply(&project_cp, &repo().join("tests/crds/project.yaml"));
-    let proxies: Api<DynamicObject> = Api::all_with(project.clone(), &resource("HTTPProxy", "httpproxies"));
-    eventually(Duration::from_secs(30), "project CRDs served", async || {
-        proxies.list(&Default::default()).await.is_ok()
-    })
-    .await;
+    install_project_crds(&project_cp, &project).await;
 
     let a = format!("ns-{}", project_namespace(&project, "proj-a").await);
     let b = format!("ns-{}", project_namespace(&project, "proj-b").await);
@@ -284,12 +289,7 @@ async fn producer_rss_with_10000_interfaces_in_500_namespaces() {
     let hub = hub_cp.client().await;
     let project = project_cp.client().await;
     install_crd(&hub).await;
-    kubectl_apply(&project_cp, &repo().join("tests/crds/project.yaml"));
-    let proxies: Api<DynamicObject> = Api::all_with(project.clone(), &resource("HTTPProxy", "httpproxies"));
-    eventually(Duration::from_secs(30), "project CRDs served", async || {
-        proxies.list(&Default::default()).await.is_ok()
-    })
-    .await;
+    install_project_crds(&project_cp, &project).await;
     let started = Instant::now();
     let namespaces: Vec<String> = (0..500).map(|n| format!("p-{n}")).collect();
     futures::stream::iter(&namespaces)

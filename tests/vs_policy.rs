@@ -178,19 +178,7 @@ async fn webhook_versus_validating_admission_policy() {
 
     // 3. Calls matchConditions save: 500 creates (a third of them without endpoints) and 1,000
     // metadata-only updates, with and without them.
-    let reviews = || {
-        let out = std::process::Command::new("curl")
-            .args(["-s", "--cacert"])
-            .arg(&ca)
-            .arg(format!("https://127.0.0.1:{}/metrics", webhook.port))
-            .output()
-            .expect("curl");
-        String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .filter(|l| l.starts_with("edgegate_admission_reviews_total{"))
-            .filter_map(|l| l.rsplit(' ').next().and_then(|v| v.parse::<u64>().ok()))
-            .sum::<u64>()
-    };
+    let reviews = || webhook_reviews(webhook.port, &ca);
     for with in [true, false] {
         switch(&cp, &client, webhook.port, Mode::Webhook, with).await;
         let api: Api<EndpointSlice> = Api::namespaced(client.clone(), "vs-one");
@@ -200,11 +188,13 @@ async fn webhook_versus_validating_admission_policy() {
             let addresses: &[&str] = if i % 3 == 0 { &[] } else { &["fd20:0:c::1"] };
             create(&client, "vs-one", &slice(SCOPE, &format!("mix-{i}"), true, addresses), false)
                 .await
-                .expect("create");
+                .unwrap_or_else(|e| panic!("creating mix-{i}: {e}"));
         }
         for i in 0..1000 {
             let label = json!({"metadata": {"labels": {"claimed": format!("{i}")}}});
-            api.patch(&format!("mix-{}", i % 500), &PatchParams::default(), &Patch::Merge(label)).await.expect("label");
+            api.patch(&format!("mix-{}", i % 500), &PatchParams::default(), &Patch::Merge(label))
+                .await
+                .unwrap_or_else(|e| panic!("labelling: {e}"));
         }
         eprintln!(
             "vs: matchConditions {}: 1,500 writes (500 creates, a third without endpoints; 1,000 label updates) → {} webhook calls",

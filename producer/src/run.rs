@@ -13,7 +13,7 @@ use edgegate::index::project::{KindWriter, ProjectIndex};
 use edgegate::index::source::follow::{WatchSink, follow};
 use edgegate::index::source::kubernetes::Change;
 use edgegate::runtime::admin::Probes;
-use edgegate::runtime::lease::{LeaseConfig, elect};
+use edgegate::runtime::lease::elect;
 use k8s_openapi::api::core::v1::Namespace;
 use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::watcher;
@@ -31,7 +31,8 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let _ = rustls::crypto::ring::default_provider().install_default();
     let hub = edgegate::runtime::hub::hub_client(&args.hub).await?;
     let shutdown = CancellationToken::new();
-    let identity = args.identity.clone().unwrap_or_else(|| format!("edgegate-producer-{}", std::process::id()));
+    let lease = args.lease.config(&args.lease_name, "edgegate-producer");
+    let identity = lease.identity.clone();
     let (triggers_tx, triggers) = mpsc::unbounded_channel();
     let view = Arc::new(HubView::new(args.record_name.clone()));
     start_hub_watches(&hub, &view, &triggers_tx);
@@ -48,13 +49,6 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         }
         (None, None) => anyhow::bail!("give --project-kubeconfig or --projects-dir"),
     }
-    let lease = LeaseConfig {
-        name: args.lease_name.clone(),
-        namespace: args.lease_namespace.clone(),
-        identity: identity.clone(),
-        duration: args.lease_duration,
-        disabled: args.no_leader_election,
-    };
     let leader = elect(&hub, &lease).await?;
     let metrics = Arc::new(Metrics::new());
     let recorder = Recorder::new(

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use clap::Parser;
 use edgegate::CopySelector;
-use edgegate::runtime::flags::{HubArgs, LogFormat, parse_duration};
+use edgegate::runtime::flags::{HubArgs, LeaseArgs, LogFormat, parse_duration};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -45,21 +45,8 @@ pub struct Args {
     #[arg(long, env = "EDGEGATE_LEASE_NAME", default_value = "edgegate-pruner")]
     pub lease_name: String,
 
-    /// Namespace of the Lease (in a pod: its own namespace, from POD_NAMESPACE).
-    #[arg(long, env = "POD_NAMESPACE", default_value = "edgegate-system")]
-    pub lease_namespace: String,
-
-    /// This replica's identity in the Lease (in a pod: its name, from POD_NAME).
-    #[arg(long, env = "POD_NAME")]
-    pub identity: Option<String>,
-
-    /// How long a Lease holds without renewal.
-    #[arg(long, env = "EDGEGATE_LEASE_DURATION", value_parser = parse_duration, default_value = "15s")]
-    pub lease_duration: Duration,
-
-    /// Run without leader election (a single replica only: two would both delete).
-    #[arg(long, env = "EDGEGATE_NO_LEADER_ELECTION")]
-    pub no_leader_election: bool,
+    #[command(flatten)]
+    pub lease: LeaseArgs,
 
     /// Log format.
     #[arg(long, env = "EDGEGATE_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]

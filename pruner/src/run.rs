@@ -7,7 +7,7 @@ use edgegate::index::copies::{CopyIndex, CopyWriter};
 use edgegate::index::source::follow::follow;
 use edgegate::index::source::kubernetes::{OnWatchError, StoreWriter};
 use edgegate::runtime::admin::Probes;
-use edgegate::runtime::lease::{LeaseConfig, elect};
+use edgegate::runtime::lease::elect;
 use edgegate::{EdgeReachability, RecordSource, RecordStore, Slice};
 use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::watcher;
@@ -23,18 +23,12 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let _ = rustls::crypto::ring::default_provider().install_default();
     let client = edgegate::runtime::hub::hub_client(&args.hub).await?;
     let shutdown = CancellationToken::new();
-    let identity = args.identity.clone().unwrap_or_else(|| format!("edgegate-pruner-{}", std::process::id()));
+    let lease = args.lease.config(&args.lease_name, "edgegate-pruner");
+    let identity = lease.identity.clone();
     let (changes_tx, changes) = mpsc::unbounded_channel();
     let records = Arc::new(RecordStore::new(args.record_name.clone()));
     let copies = Arc::new(CopyIndex::default());
     start_watches(&client, &args.copy_selector, &records, &copies, changes_tx);
-    let lease = LeaseConfig {
-        name: args.lease_name.clone(),
-        namespace: args.lease_namespace.clone(),
-        identity: identity.clone(),
-        duration: args.lease_duration,
-        disabled: args.no_leader_election,
-    };
     let leader = elect(&client, &lease).await?;
     let metrics = Arc::new(Metrics::new());
     let admin = Admin {

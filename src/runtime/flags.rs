@@ -29,6 +29,40 @@ pub struct HubArgs {
     pub context: Option<String>,
 }
 
+/// The Lease flags of a binary with one writer among its replicas (`--lease-name` stays each
+/// binary's own, for its default).
+#[derive(Clone, Debug, clap::Args)]
+pub struct LeaseArgs {
+    /// Namespace of the Lease (in a pod: its own namespace, from POD_NAMESPACE).
+    #[arg(long, env = "POD_NAMESPACE", default_value = "edgegate-system")]
+    pub lease_namespace: String,
+
+    /// This replica's identity in the Lease (in a pod: its name, from POD_NAME).
+    #[arg(long, env = "POD_NAME")]
+    pub identity: Option<String>,
+
+    /// How long a Lease holds without renewal.
+    #[arg(long, env = "EDGEGATE_LEASE_DURATION", value_parser = parse_duration, default_value = "15s")]
+    pub lease_duration: Duration,
+
+    /// Run without leader election (a single replica only: two would both write).
+    #[arg(long, env = "EDGEGATE_NO_LEADER_ELECTION")]
+    pub no_leader_election: bool,
+}
+
+impl LeaseArgs {
+    /// The Lease `name`; this replica is `--identity`, or `<binary>-<pid>`.
+    pub fn config(&self, name: &str, binary: &str) -> super::lease::LeaseConfig {
+        super::lease::LeaseConfig {
+            name: name.to_owned(),
+            namespace: self.lease_namespace.clone(),
+            identity: self.identity.clone().unwrap_or_else(|| format!("{binary}-{}", std::process::id())),
+            duration: self.lease_duration,
+            disabled: self.no_leader_election,
+        }
+    }
+}
+
 /// `--log-format`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum LogFormat {

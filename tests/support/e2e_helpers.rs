@@ -285,3 +285,18 @@ pub fn pid_of(p: &Process) -> u32 {
     let children = std::fs::read_to_string(format!("/proc/{shell}/task/{shell}/children")).unwrap_or_default();
     children.split_whitespace().next().and_then(|p| p.parse().ok()).expect("the watched process")
 }
+
+/// How many reviews reached a webhook: the sum of its `edgegate_admission_reviews_total`.
+pub fn webhook_reviews(port: u16, ca: &Path) -> u64 {
+    let out = std::process::Command::new("curl")
+        .args(["-s", "--cacert"])
+        .arg(ca)
+        .arg(format!("https://127.0.0.1:{port}/metrics"))
+        .output()
+        .expect("curl");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| l.starts_with("edgegate_admission_reviews_total{"))
+        .filter_map(|l| l.rsplit(' ').next().and_then(|v| v.parse::<u64>().ok()))
+        .sum()
+}
