@@ -362,9 +362,16 @@ async fn match_conditions_skip_only_what_cannot_be_refused() {
     assert_eq!(reviews(), before + 1, "a metadata-only UPDATE of a copy is not sent");
     create(&client, "mc-a", &slice("match", "bare", true, &[]), false).await.expect("no endpoints: admitted");
     assert_eq!(reviews(), before + 1, "a copy without addresses is not sent");
+    // Its `endpoints` is null on the API server: the conditions must not fail on it.
+    let label = json!({"metadata": {"labels": {"claimed": "yes"}}});
+    slices.patch("bare", &PatchParams::default(), &patch(label)).await.expect("a label on a copy without endpoints");
+    let named = json!({"endpoints": [{"addresses": ["fd20:0:6::1"]}]});
+    slices.patch("bare", &PatchParams::default(), &patch(named)).await.expect("a named address added to it");
+    assert_eq!(reviews(), before + 2, "only the UPDATE adding an address is reviewed");
+    slices.delete("bare", &DeleteParams::default()).await.expect("DELETE");
     let grow = json!({"endpoints": [{"addresses": ["fd20:0:6::1"]}, {"addresses": ["fd20:0:6::2"]}]});
     slices.patch("held", &PatchParams::default(), &patch(grow)).await.expect("a named address added: admitted");
-    assert_eq!(reviews(), before + 2, "an UPDATE adding an address is reviewed");
+    assert_eq!(reviews(), before + 3, "an UPDATE adding an address is reviewed");
     set_record(&client, "mc-a", &[]).await;
     let grow = json!({"endpoints": [{"addresses": ["fd20:0:6::1"]}, {"addresses": ["fd20:0:6::2"]}, {"addresses": ["fd20:0:6::3"]}]});
     let refused = eventually(Duration::from_secs(5), "an unnamed address added is refused", async || {
