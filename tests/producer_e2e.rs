@@ -283,6 +283,21 @@ async fn producer_between_a_project_and_the_hub() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "a measurement, minutes long"]
 async fn producer_rss_with_10000_interfaces_in_500_namespaces() {
+    producer_at_scale(500, 20).await;
+}
+
+/// Not part of CI (scripts/scale.sh): 10,000 namespaces in one project, one proxy, service and
+/// interface each.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a measurement, minutes long"]
+async fn producer_with_10000_namespaces() {
+    producer_at_scale(10_000, 1).await;
+}
+
+/// A project of `namespaces` namespaces, each with a proxy, a service and `per` Bound interfaces,
+/// and a hub namespace for each: time to every record written, RSS, and the time from an
+/// interface added to its record updated (over 20 changes) once all are written.
+async fn producer_at_scale(namespaces: usize, per: usize) {
     use futures::StreamExt;
     let hub_cp = ControlPlane::own();
     let project_cp = ControlPlane::own();
@@ -291,43 +306,58 @@ async fn producer_rss_with_10000_interfaces_in_500_namespaces() {
     install_crd(&hub).await;
     install_project_crds(&project_cp, &project).await;
     let started = Instant::now();
-    let namespaces: Vec<String> = (0..500).map(|n| format!("p-{n}")).collect();
-    futures::stream::iter(&namespaces)
-        .for_each_concurrent(16, |ns| {
+    let hub_namespaces: Vec<String> = futures::stream::iter(0..namespaces)
+        .map(|n| {
             let (hub, project) = (hub.clone(), project.clone());
             async move {
-                let uid = project_namespace(&project, ns).await;
-                namespace(&hub, &format!("ns-{uid}"), &[]).await;
-                service(&project, ns, "web", "web").await;
-                proxy(&project, ns, "web", json!([{"networkService": {"name": "web", "port": 80}}])).await;
+                let ns = format!("p-{n}");
+                let hub_ns = format!("ns-{}", project_namespace(&project, &ns).await);
+                namespace(&hub, &hub_ns, &[]).await;
+                service(&project, &ns, "web", "web").await;
+                proxy(&project, &ns, "web", json!([{"networkService": {"name": "web", "port": 80}}])).await;
+                for i in 0..per {
+                    let address = format!("fd20:{:x}:{:x}::1/128", n + 1, i + 1);
+                    interface(&project, &ns, &format!("nic-{i}"), "web", "Bound", &address).await;
+                }
+                hub_ns
             }
         })
+        .buffered(32)
+        .collect()
         .await;
-    let interfaces: Vec<(usize, usize)> = (0..500).flat_map(|n| (0..20).map(move |i| (n, i))).collect();
-    futures::stream::iter(interfaces)
-        .for_each_concurrent(32, |(n, i)| {
-            let project = project.clone();
-            async move {
-                let address = format!("fd20:{:x}:{:x}::1/128", n + 1, i + 1);
-                interface(&project, &format!("p-{n}"), &format!("nic-{i}"), "web", "Bound", &address).await;
-            }
-        })
-        .await;
-    eprintln!("world of 500 namespaces, 10,000 interfaces made in {:?}", started.elapsed());
+    eprintln!(
+        "producer: a world of {namespaces} namespaces, {} interfaces made in {:?}",
+        namespaces * per,
+        started.elapsed()
+    );
     let producer = start_producer(&hub_cp, &project_cp);
     let started = Instant::now();
     let records: Api<edgegate::EdgeReachability> = Api::all(hub.clone());
-    eventually(Duration::from_secs(300), "every record written", async || {
+    eventually(Duration::from_secs(600), "every record written", async || {
         records
             .list(&Default::default())
             .await
-            .is_ok_and(|l| l.items.iter().filter(|r| r.entries().len() == 20).count() >= 500)
+            .is_ok_and(|l| l.items.iter().filter(|r| r.entries().len() == per).count() >= namespaces)
     })
     .await;
     let first_write = started.elapsed();
     tokio::time::sleep(Duration::from_secs(5)).await; // resyncs over the whole project
+    let rss = rss_mib(&producer);
+    let mut times = Vec::new();
+    for k in 0..20 {
+        let n = k * (namespaces / 20);
+        let address = format!("fd20:{:x}:ffff::1", n + 1);
+        interface(&project, &format!("p-{n}"), "nic-new", "web", "Bound", &address).await;
+        times.push(
+            eventually(Duration::from_secs(30), "interface → record", async || {
+                record(&hub, &hub_namespaces[n]).await.is_some_and(|r| r.contains(&address))
+            })
+            .await,
+        );
+    }
+    let (median, max) = median_max(times);
     eprintln!(
-        "producer: 10,000 interfaces in 500 namespaces: all records written {first_write:?} after start, RSS {} MiB",
-        rss_mib(&producer)
+        "producer: {namespaces} namespaces, {} interfaces: every record written {first_write:?} after start, RSS {rss} MiB; interface added → record updated median {median:?}, max {max:?}",
+        namespaces * per
     );
 }
