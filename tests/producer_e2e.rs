@@ -174,6 +174,22 @@ async fn producer_between_a_project_and_the_hub() {
         record(&hub, &a).await == want(&["fd20:0:2::1:0:0", "fd20:0:9::1"])
     })
     .await;
+    // `edgegate reachability` explains the same answer, reading the project and writing nothing.
+    let out = std::process::Command::new(binary("edgegate"))
+        .args(["reachability", &format!("--project-kubeconfig={}", project_cp.kubeconfig.display()), "-n", "proj-a"])
+        .output()
+        .expect("edgegate reachability");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}{}", String::from_utf8_lossy(&out.stderr));
+    for line in [
+        "NetworkService web: NetworkInterface web-1 (Bound) → fd20:0:2::1:0:0",
+        "NetworkService web: NetworkInterface web-3 is Available, not Bound; not recorded",
+        "EndpointSlice vm-1: → fd20:0:9::1",
+        "record for proj-a: 2 address(es)",
+    ] {
+        assert!(text.contains(line), "missing {line:?} in\n{text}");
+    }
+
     // Safety: a record deleted by hand comes back.
     Api::<edgegate::EdgeReachability>::namespaced(hub.clone(), &a)
         .delete("default", &DeleteParams::default())
