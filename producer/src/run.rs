@@ -7,14 +7,13 @@ use std::sync::{Arc, Mutex};
 
 use edgegate::EdgeReachability;
 use edgegate::Slice;
-use edgegate::core::project::{HttpProxy, NetworkInterface, NetworkService};
+use edgegate::core::project::{HttpProxy, NamespaceMeta, NetworkInterface, NetworkService};
 use edgegate::index::hub::{HubView, HubWriter};
 use edgegate::index::project::{KindWriter, ProjectIndex};
 use edgegate::index::source::follow::{WatchSink, follow};
 use edgegate::index::source::kubernetes::Change;
 use edgegate::runtime::admin::Probes;
 use edgegate::runtime::lease::elect;
-use k8s_openapi::api::core::v1::Namespace;
 use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::watcher;
 use kube::{Api, Client};
@@ -86,7 +85,7 @@ fn stem(path: &Path) -> String {
 pub fn start_hub_watches(hub: &Client, view: &Arc<HubView>, triggers: &mpsc::UnboundedSender<Trigger>) {
     let (tx, rx) = mpsc::unbounded_channel();
     forward(rx, triggers.clone(), Trigger::Hub);
-    spawn_follow::<Namespace, _>(Api::all(hub.clone()), HubWriter::new(Arc::clone(view), tx.clone()));
+    spawn_follow::<NamespaceMeta, _>(Api::all(hub.clone()), HubWriter::new(Arc::clone(view), tx.clone()));
     spawn_follow::<EdgeReachability, _>(Api::all(hub.clone()), HubWriter::new(Arc::clone(view), tx));
 }
 
@@ -139,7 +138,7 @@ impl Engaged {
             spawn_follow::<NetworkService, _>(Api::all(client.clone()), KindWriter::new(w(&index), tx.clone())),
             spawn_follow::<NetworkInterface, _>(Api::all(client.clone()), KindWriter::new(w(&index), tx.clone())),
             spawn_follow::<Slice, _>(Api::all(client.clone()), KindWriter::new(w(&index), tx.clone())),
-            spawn_follow::<Namespace, _>(Api::all(client), KindWriter::new(w(&index), tx)),
+            spawn_follow::<NamespaceMeta, _>(Api::all(client), KindWriter::new(w(&index), tx)),
         ];
         tracing::info!(project = name, "project engaged");
         self.projects.write().unwrap_or_else(std::sync::PoisonError::into_inner).insert(name.to_owned(), index);

@@ -135,6 +135,38 @@ impl NetworkInterface {
     }
 }
 
+/// A Namespace, lean: the producer needs only its name and UID (the UID names the hub namespace).
+/// Watched as this type, 10,000 namespaces cost their names and UIDs, not their managed fields.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct NamespaceMeta {
+    #[serde(default, deserialize_with = "lean_metadata")]
+    pub metadata: Box<ObjectMeta>,
+}
+
+impl kube::Resource for NamespaceMeta {
+    type DynamicType = ();
+    type Scope = k8s_openapi::ClusterResourceScope;
+
+    fn kind(_: &()) -> Cow<'_, str> {
+        "Namespace".into()
+    }
+    fn group(_: &()) -> Cow<'_, str> {
+        "".into()
+    }
+    fn version(_: &()) -> Cow<'_, str> {
+        "v1".into()
+    }
+    fn plural(_: &()) -> Cow<'_, str> {
+        "namespaces".into()
+    }
+    fn meta(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+    fn meta_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.metadata
+    }
+}
+
 project_resource!(HttpProxy, "HTTPProxy", "httpproxies");
 project_resource!(NetworkService, "NetworkService", "networkservices");
 project_resource!(NetworkInterface, "NetworkInterface", "networkinterfaces");

@@ -5,7 +5,6 @@ use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
 
-use k8s_openapi::api::core::v1::Namespace;
 use kube::ResourceExt;
 use kube::runtime::watcher;
 use tokio::sync::mpsc::UnboundedSender;
@@ -13,6 +12,7 @@ use tokio::sync::mpsc::UnboundedSender;
 use super::source::follow::WatchSink;
 use super::source::kubernetes::Change;
 use crate::core::crd::EdgeReachability;
+use crate::core::project::NamespaceMeta;
 
 /// Hub namespaces and the records in them, each with whether its watch is whole.
 #[derive(Debug)]
@@ -81,11 +81,11 @@ impl<K> HubWriter<K> {
     }
 }
 
-impl WatchSink<Namespace> for HubWriter<Namespace> {
+impl WatchSink<NamespaceMeta> for HubWriter<NamespaceMeta> {
     fn relist_started(&mut self) {
         self.relisting = Some(Vec::new());
     }
-    fn listed(&mut self, ns: Namespace) {
+    fn listed(&mut self, ns: NamespaceMeta) {
         if let Some(list) = self.relisting.as_mut() {
             list.push(ns);
         }
@@ -96,13 +96,13 @@ impl WatchSink<Namespace> for HubWriter<Namespace> {
         self.view.namespaces_synced.store(true, Ordering::Release);
         let _ = self.changes.send(Change::All);
     }
-    fn applied(&mut self, ns: Namespace) {
+    fn applied(&mut self, ns: NamespaceMeta) {
         let name = ns.name_any();
         if write(&self.view.namespaces).insert(name.clone()) {
             let _ = self.changes.send(Change::Namespace(name));
         }
     }
-    fn deleted(&mut self, ns: Namespace) {
+    fn deleted(&mut self, ns: NamespaceMeta) {
         write(&self.view.namespaces).remove(&ns.name_any());
     }
     fn failed(&mut self, error: &watcher::Error) {

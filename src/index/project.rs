@@ -6,13 +6,12 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
 
-use k8s_openapi::api::core::v1::Namespace;
 use kube::runtime::watcher;
 use tokio::sync::mpsc::UnboundedSender;
 
 use super::source::follow::WatchSink;
 use super::source::kubernetes::Change;
-use crate::core::project::{HttpProxy, NetworkInterface, NetworkService};
+use crate::core::project::{HttpProxy, NamespaceMeta, NetworkInterface, NetworkService};
 use crate::core::reachability::{ProjectNamespace, Reachability, reachable, reachable_addresses};
 use crate::core::slice::Slice;
 
@@ -198,12 +197,12 @@ impl<K: Indexed> WatchSink<K> for KindWriter<K> {
     }
 }
 
-impl WatchSink<Namespace> for KindWriter<Namespace> {
+impl WatchSink<NamespaceMeta> for KindWriter<NamespaceMeta> {
     fn relist_started(&mut self) {
         self.relisting = Some(Vec::new());
     }
 
-    fn listed(&mut self, object: Namespace) {
+    fn listed(&mut self, object: NamespaceMeta) {
         if let Some(list) = self.relisting.as_mut() {
             list.push(object);
         }
@@ -216,14 +215,14 @@ impl WatchSink<Namespace> for KindWriter<Namespace> {
         let _ = self.changes.send(Change::All);
     }
 
-    fn applied(&mut self, object: Namespace) {
+    fn applied(&mut self, object: NamespaceMeta) {
         if let Some((name, uid)) = name_and_uid(&object) {
             write(&self.index.uids).insert(name.clone(), uid);
             let _ = self.changes.send(Change::Namespace(name));
         }
     }
 
-    fn deleted(&mut self, object: Namespace) {
+    fn deleted(&mut self, object: NamespaceMeta) {
         if let Some(name) = object.metadata.name {
             write(&self.index.uids).remove(&name);
             write(&self.index.namespaces).remove(&name);
@@ -235,7 +234,7 @@ impl WatchSink<Namespace> for KindWriter<Namespace> {
     }
 }
 
-fn name_and_uid(ns: &Namespace) -> Option<(String, String)> {
+fn name_and_uid(ns: &NamespaceMeta) -> Option<(String, String)> {
     Some((ns.metadata.name.clone()?, ns.metadata.uid.clone()?))
 }
 
@@ -249,7 +248,7 @@ mod tests {
         let index = Arc::new(ProjectIndex::default());
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
         let mut slices = KindWriter::<Slice>::new(Arc::clone(&index), tx.clone());
-        let mut namespaces = KindWriter::<Namespace>::new(Arc::clone(&index), tx.clone());
+        let mut namespaces = KindWriter::<NamespaceMeta>::new(Arc::clone(&index), tx.clone());
         let mut proxies = KindWriter::<HttpProxy>::new(Arc::clone(&index), tx.clone());
         let mut services = KindWriter::<NetworkService>::new(Arc::clone(&index), tx.clone());
         let mut interfaces = KindWriter::<NetworkInterface>::new(Arc::clone(&index), tx);
