@@ -294,6 +294,57 @@ async fn producer_between_a_project_and_the_hub() {
     assert!(median < Duration::from_secs(2), "proxy deleted → copy gone median {median:?}");
 }
 
+/// `--projects-dir`: a kubeconfig file added engages its project (records written), removed
+/// disengages it and leaves its records as they are.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn projects_dir_engages_and_disengages_projects() {
+    let hub_cp = shared();
+    let project_cp = ControlPlane::own();
+    let hub = hub_cp.client().await;
+    let project = project_cp.client().await;
+    install_crd(&hub).await;
+    install_project_crds(&project_cp, &project).await;
+    let hub_ns = format!("ns-{}", project_namespace(&project, "dir-a").await);
+    namespace(&hub, &hub_ns, &[]).await;
+    service(&project, "dir-a", "web", "web").await;
+    interface(&project, "dir-a", "web-1", "web", "Bound", "fd20:0:d1::1").await;
+    proxy(&project, "dir-a", "web", json!([{"networkService": {"name": "web"}}])).await;
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let port = free_port();
+    let log = hub_cp.dir.join(format!("producer-{port}.log"));
+    let args = [
+        format!("--kubeconfig={}", hub_cp.kubeconfig.display()),
+        format!("--projects-dir={}", dir.path().display()),
+        format!("--listen=127.0.0.1:{port}"),
+        "--no-leader-election".to_owned(),
+        "--resync=2s".to_owned(),
+    ];
+    let producer = Process { child: spawn_guarded(&binary("edgegate-producer"), &args, &log), port, log };
+    eventually(Duration::from_secs(30), "ready with no project", async || {
+        http_status(&format!("http://127.0.0.1:{port}/readyz"), None) == 200
+    })
+    .await;
+    assert_eq!(record(&hub, &hub_ns).await, None, "no project, no record");
+
+    std::fs::copy(&project_cp.kubeconfig, dir.path().join("acme.kubeconfig")).expect("add the project");
+    let took = eventually(Duration::from_secs(30), "record of the engaged project", async || {
+        record(&hub, &hub_ns).await == Some(vec!["fd20:0:d1::1".to_owned()])
+    })
+    .await;
+    eprintln!("producer: kubeconfig file added → record written after {took:?}");
+    assert!(metrics(&producer).contains("edgegate_producer_projects{state=\"synced\"} 1"));
+
+    std::fs::remove_file(dir.path().join("acme.kubeconfig")).expect("remove the project");
+    eventually(Duration::from_secs(30), "project disengaged", async || {
+        metrics(&producer).contains("edgegate_producer_projects{state=\"synced\"} 0")
+    })
+    .await;
+    interface(&project, "dir-a", "web-2", "web", "Bound", "fd20:0:d1::2").await;
+    tokio::time::sleep(Duration::from_secs(3)).await; // a resync and more
+    assert_eq!(record(&hub, &hub_ns).await, Some(vec!["fd20:0:d1::1".to_owned()]), "its record stays as it was");
+}
+
 /// Not part of CI: the producer's memory with 10,000 NetworkInterfaces across 500 namespaces of
 /// one project (`cargo test -p edgegate-producer --test producer_e2e -- --ignored --nocapture`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -307,6 +307,11 @@ mod tests {
             ),
             ("missing slice", vec![proxy("p", json!([{"instance": {"name": "vm-2"}}]))], vec![]),
             (
+                "two services selecting the same interfaces: each address once",
+                vec![proxy("p", json!([{"networkService": {"name": "web"}}, {"networkService": {"name": "all"}}]))],
+                vec!["10.0.0.9", "fd20:0:2::1:0:0", "fd20:0:2::1:0:1", "fd20:0:2::db"],
+            ),
+            (
                 "endpoint and connector backends",
                 vec![proxy("p", json!([{"endpoint": "https://x"}, {"connector": {"name": "c"}}]))],
                 vec![],
