@@ -9,6 +9,7 @@ use edgegate::core::crd::MAX_RECORD_ADDRESSES;
 use edgegate::index::hub::HubView;
 use edgegate::index::project::ProjectIndex;
 use edgegate::index::source::kubernetes::Change;
+use edgegate::runtime::wakeups::{Wakeup, Wakeups};
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::api::{Patch, PatchParams};
 use kube::runtime::events::{Event, EventType, Recorder};
@@ -239,37 +240,16 @@ impl Producer {
 
     /// Passes until `shutdown`: one per batch of triggers, one over everything on each resync
     /// tick and whenever this replica becomes leader.
-    pub async fn run(
-        self,
-        mut triggers: mpsc::UnboundedReceiver<Trigger>,
-        resync: Duration,
-        shutdown: CancellationToken,
-    ) {
-        let mut tick = tokio::time::interval(resync);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        let mut leader = self.leader.clone();
-        let mut leader_open = true;
-        loop {
-            let first = tokio::select! {
-                () = shutdown.cancelled() => return,
-                _ = tick.tick() => Trigger::Hub(Change::All),
-                trigger = triggers.recv() => match trigger {
-                    Some(t) => t,
-                    None => return,
-                },
-                changed = leader.changed(), if leader_open => match changed {
-                    Ok(()) => Trigger::Hub(Change::All),
-                    Err(_) => {
-                        leader_open = false;
-                        continue;
-                    }
-                },
+    pub async fn run(self, triggers: mpsc::UnboundedReceiver<Trigger>, resync: Duration, shutdown: CancellationToken) {
+        let mut wakeups = Wakeups::new(triggers, resync, self.leader.clone());
+        while let Some(wakeup) = wakeups.next(&shutdown).await {
+            let first = match wakeup {
+                Wakeup::Change(trigger) => trigger,
+                Wakeup::Everything => Trigger::Hub(Change::All),
             };
             // Whatever else arrived meanwhile joins this pass: a burst of events, one write each.
             let mut batch = vec![first];
-            while let Ok(more) = triggers.try_recv() {
-                batch.push(more);
-            }
+            batch.extend(std::iter::from_fn(|| wakeups.try_next_change()));
             tokio::select! {
                 () = shutdown.cancelled() => return,
                 _ = self.pass(&batch) => {}

@@ -9,6 +9,7 @@ use edgegate::core::plan::{Deletion, Scope, deletion};
 use edgegate::index::copies::CopyIndex;
 use edgegate::index::prune::plan;
 use edgegate::index::source::kubernetes::Change;
+use edgegate::runtime::wakeups::{Wakeup, Wakeups};
 use edgegate::{CopySelector, RecordSource, RecordStore, Slice};
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::api::{DeleteParams, Preconditions};
@@ -214,33 +215,12 @@ impl Pruner {
 
     /// Passes until `shutdown`: one per record change, one over everything on each resync tick
     /// and whenever this replica becomes leader.
-    pub async fn run(
-        self,
-        mut changes: mpsc::UnboundedReceiver<Change>,
-        resync: Duration,
-        shutdown: CancellationToken,
-    ) {
-        let mut tick = tokio::time::interval(resync);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        let mut leader = self.leader.clone();
-        // Closed when leadership can no longer change (no election): the last value stands.
-        let mut leader_open = true;
-        loop {
-            let scope = tokio::select! {
-                () = shutdown.cancelled() => return,
-                _ = tick.tick() => Scope::All,
-                change = changes.recv() => match change {
-                    Some(Change::Namespace(ns)) => Scope::Namespace(ns),
-                    Some(Change::All) => Scope::All,
-                    None => return,
-                },
-                changed = leader.changed(), if leader_open => match changed {
-                    Ok(()) => Scope::All,
-                    Err(_) => {
-                        leader_open = false;
-                        continue;
-                    }
-                },
+    pub async fn run(self, changes: mpsc::UnboundedReceiver<Change>, resync: Duration, shutdown: CancellationToken) {
+        let mut wakeups = Wakeups::new(changes, resync, self.leader.clone());
+        while let Some(wakeup) = wakeups.next(&shutdown).await {
+            let scope = match wakeup {
+                Wakeup::Change(Change::Namespace(ns)) => Scope::Namespace(ns),
+                Wakeup::Change(Change::All) | Wakeup::Everything => Scope::All,
             };
             tokio::select! {
                 () = shutdown.cancelled() => return,

@@ -8,3 +8,4 @@ pub mod lease;
 pub mod metrics;
 pub mod process;
 pub mod rbac;
+pub mod wakeups;
