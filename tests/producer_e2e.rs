@@ -72,14 +72,19 @@ fn kubectl_apply(cp: &ControlPlane, path: &Path) {
     assert!(out.status.success(), "applying {}: {}", path.display(), String::from_utf8_lossy(&out.stderr));
 }
 
-/// The project kinds' test CRDs, served.
-async fn install_project_crds(cp: &ControlPlane, project: &Client) {
-    kubectl_apply(cp, &repo().join("tests/crds/project.yaml"));
+/// A project control plane of its own beside the hub `hub_cp`, with the project kinds' test CRDs
+/// served there and the EdgeReachability CRD on the hub; and a client for each (hub, project).
+async fn project_beside(hub_cp: &ControlPlane) -> (ControlPlane, Client, Client) {
+    let project_cp = ControlPlane::own();
+    let (hub, project) = (hub_cp.client().await, project_cp.client().await);
+    install_crd(&hub).await;
+    kubectl_apply(&project_cp, &repo().join("tests/crds/project.yaml"));
     let proxies: Api<DynamicObject> = Api::all_with(project.clone(), &resource("HTTPProxy", "httpproxies"));
     eventually(Duration::from_secs(30), "project CRDs served", async || {
         proxies.list(&Default::default()).await.is_ok()
     })
     .await;
+    (project_cp, hub, project)
 }
 
 fn start_producer(hub: &ControlPlane, project: &ControlPlane) -> Process {
@@ -105,11 +110,7 @@ fn median_max(mut times: Vec<Duration>) -> (Duration, Duration) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn producer_between_a_project_and_the_hub() {
     let hub_cp = shared();
-    let project_cp = ControlPlane::own();
-    let hub = hub_cp.client().await;
-    let project = project_cp.client().await;
-    install_crd(&hub).await;
-    install_project_crds(&project_cp, &project).await;
+    let (project_cp, hub, project) = project_beside(hub_cp).await;
 
     let a = format!("ns-{}", project_namespace(&project, "proj-a").await);
     let b = format!("ns-{}", project_namespace(&project, "proj-b").await);
@@ -299,11 +300,7 @@ async fn producer_between_a_project_and_the_hub() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn projects_dir_engages_and_disengages_projects() {
     let hub_cp = shared();
-    let project_cp = ControlPlane::own();
-    let hub = hub_cp.client().await;
-    let project = project_cp.client().await;
-    install_crd(&hub).await;
-    install_project_crds(&project_cp, &project).await;
+    let (project_cp, hub, project) = project_beside(hub_cp).await;
     let hub_ns = format!("ns-{}", project_namespace(&project, "dir-a").await);
     namespace(&hub, &hub_ns, &[]).await;
     service(&project, "dir-a", "web", "web").await;
@@ -367,11 +364,7 @@ async fn producer_with_10000_namespaces() {
 async fn producer_at_scale(namespaces: usize, per: usize) {
     use futures::StreamExt;
     let hub_cp = ControlPlane::own();
-    let project_cp = ControlPlane::own();
-    let hub = hub_cp.client().await;
-    let project = project_cp.client().await;
-    install_crd(&hub).await;
-    install_project_crds(&project_cp, &project).await;
+    let (project_cp, hub, project) = project_beside(&hub_cp).await;
     let started = Instant::now();
     let hub_namespaces: Vec<String> = futures::stream::iter(0..namespaces)
         .map(|n| {
