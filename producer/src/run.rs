@@ -10,7 +10,7 @@ use edgegate::Slice;
 use edgegate::core::project::{HttpProxy, NamespaceMeta, NetworkInterface, NetworkService};
 use edgegate::index::hub::{HubView, HubWriter};
 use edgegate::index::project::{KindWriter, ProjectIndex};
-use edgegate::index::source::follow::{WatchSink, follow};
+use edgegate::index::source::follow::{WatchSink, Whole, follow};
 use edgegate::index::source::kubernetes::Change;
 use edgegate::runtime::admin::Probes;
 use edgegate::runtime::lease::elect;
@@ -85,8 +85,8 @@ fn stem(path: &Path) -> String {
 pub fn start_hub_watches(hub: &Client, view: &Arc<HubView>, triggers: &mpsc::UnboundedSender<Trigger>) {
     let (tx, rx) = mpsc::unbounded_channel();
     forward(rx, triggers.clone(), Trigger::Hub);
-    spawn_follow::<NamespaceMeta, _>(Api::all(hub.clone()), HubWriter::new(Arc::clone(view), tx.clone()));
-    spawn_follow::<EdgeReachability, _>(Api::all(hub.clone()), HubWriter::new(Arc::clone(view), tx));
+    spawn_follow::<NamespaceMeta, _>(Api::all(hub.clone()), Whole::new(HubWriter::new(Arc::clone(view), tx.clone())));
+    spawn_follow::<EdgeReachability, _>(Api::all(hub.clone()), Whole::new(HubWriter::new(Arc::clone(view), tx)));
 }
 
 fn spawn_follow<K, S>(api: Api<K>, mut sink: S) -> JoinHandle<()>
@@ -134,11 +134,17 @@ impl Engaged {
         forward(rx, self.triggers.clone(), move |change| Trigger::Project(project.clone(), change));
         let w = |i: &Arc<ProjectIndex>| Arc::clone(i);
         let tasks = vec![
-            spawn_follow::<HttpProxy, _>(Api::all(client.clone()), KindWriter::new(w(&index), tx.clone())),
-            spawn_follow::<NetworkService, _>(Api::all(client.clone()), KindWriter::new(w(&index), tx.clone())),
-            spawn_follow::<NetworkInterface, _>(Api::all(client.clone()), KindWriter::new(w(&index), tx.clone())),
-            spawn_follow::<Slice, _>(Api::all(client.clone()), KindWriter::new(w(&index), tx.clone())),
-            spawn_follow::<NamespaceMeta, _>(Api::all(client), KindWriter::new(w(&index), tx)),
+            spawn_follow::<HttpProxy, _>(Api::all(client.clone()), Whole::new(KindWriter::new(w(&index), tx.clone()))),
+            spawn_follow::<NetworkService, _>(
+                Api::all(client.clone()),
+                Whole::new(KindWriter::new(w(&index), tx.clone())),
+            ),
+            spawn_follow::<NetworkInterface, _>(
+                Api::all(client.clone()),
+                Whole::new(KindWriter::new(w(&index), tx.clone())),
+            ),
+            spawn_follow::<Slice, _>(Api::all(client.clone()), Whole::new(KindWriter::new(w(&index), tx.clone()))),
+            spawn_follow::<NamespaceMeta, _>(Api::all(client), Whole::new(KindWriter::new(w(&index), tx))),
         ];
         tracing::info!(project = name, "project engaged");
         self.projects.write().unwrap_or_else(std::sync::PoisonError::into_inner).insert(name.to_owned(), index);

@@ -9,7 +9,7 @@ use kube::ResourceExt;
 use kube::runtime::watcher;
 use tokio::sync::mpsc::UnboundedSender;
 
-use super::source::follow::WatchSink;
+use super::source::follow::WholeSink;
 use super::source::kubernetes::Change;
 use crate::core::crd::EdgeReachability;
 use crate::core::project::NamespaceMeta;
@@ -69,29 +69,19 @@ fn write<T>(lock: &RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
 
 /// Feeds a [`HubView`] from the hub's Namespace and EdgeReachability watches. A namespace that
 /// appears is sent on `changes`, so its record is written at once.
-pub struct HubWriter<K> {
+pub struct HubWriter {
     view: Arc<HubView>,
-    relisting: Option<Vec<K>>,
     changes: UnboundedSender<Change>,
 }
 
-impl<K> HubWriter<K> {
+impl HubWriter {
     pub fn new(view: Arc<HubView>, changes: UnboundedSender<Change>) -> Self {
-        HubWriter { view, relisting: None, changes }
+        HubWriter { view, changes }
     }
 }
 
-impl WatchSink<NamespaceMeta> for HubWriter<NamespaceMeta> {
-    fn relist_started(&mut self) {
-        self.relisting = Some(Vec::new());
-    }
-    fn listed(&mut self, ns: NamespaceMeta) {
-        if let Some(list) = self.relisting.as_mut() {
-            list.push(ns);
-        }
-    }
-    fn relist_done(&mut self) {
-        let Some(list) = self.relisting.take() else { return };
+impl WholeSink<NamespaceMeta> for HubWriter {
+    fn replace(&mut self, list: Vec<NamespaceMeta>) {
         *write(&self.view.namespaces) = list.iter().map(ResourceExt::name_any).collect();
         self.view.namespaces_synced.store(true, Ordering::Release);
         let _ = self.changes.send(Change::All);
@@ -106,23 +96,13 @@ impl WatchSink<NamespaceMeta> for HubWriter<NamespaceMeta> {
         write(&self.view.namespaces).remove(&ns.name_any());
     }
     fn failed(&mut self, error: &watcher::Error) {
-        self.relisting = None;
         self.view.namespaces_synced.store(false, Ordering::Release);
         tracing::warn!(%error, "hub namespace watch failed; no writes until listed again");
     }
 }
 
-impl WatchSink<EdgeReachability> for HubWriter<EdgeReachability> {
-    fn relist_started(&mut self) {
-        self.relisting = Some(Vec::new());
-    }
-    fn listed(&mut self, record: EdgeReachability) {
-        if let Some(list) = self.relisting.as_mut() {
-            list.push(record);
-        }
-    }
-    fn relist_done(&mut self) {
-        let Some(list) = self.relisting.take() else { return };
+impl WholeSink<EdgeReachability> for HubWriter {
+    fn replace(&mut self, list: Vec<EdgeReachability>) {
         let wanted = |r: &EdgeReachability| r.name_any() == self.view.record_name;
         *write(&self.view.records) = list
             .iter()
@@ -147,7 +127,6 @@ impl WatchSink<EdgeReachability> for HubWriter<EdgeReachability> {
         }
     }
     fn failed(&mut self, error: &watcher::Error) {
-        self.relisting = None;
         self.view.records_synced.store(false, Ordering::Release);
         tracing::warn!(%error, "hub record watch failed; no writes until listed again");
     }

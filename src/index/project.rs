@@ -9,7 +9,7 @@ use std::sync::{Arc, RwLock};
 use kube::runtime::watcher;
 use tokio::sync::mpsc::UnboundedSender;
 
-use super::source::follow::WatchSink;
+use super::source::follow::WholeSink;
 use super::source::kubernetes::Change;
 use crate::core::project::{HttpProxy, NamespaceMeta, NetworkInterface, NetworkService};
 use crate::core::reachability::{ProjectNamespace, Reachability, reachable, reachable_addresses};
@@ -128,19 +128,17 @@ impl Indexed for Slice {
 const NAMESPACE_SLOT: usize = 4;
 
 /// Applies one kind's watch to a [`ProjectIndex`], and says which namespace each event touches.
-pub struct KindWriter<K> {
+pub struct KindWriter {
     index: Arc<ProjectIndex>,
-    relisting: Option<Vec<K>>,
     changes: UnboundedSender<Change>,
 }
 
-impl<K> KindWriter<K> {
+impl KindWriter {
     pub fn new(index: Arc<ProjectIndex>, changes: UnboundedSender<Change>) -> Self {
-        KindWriter { index, relisting: None, changes }
+        KindWriter { index, changes }
     }
 
     fn unsync(&mut self, slot: usize, error: &watcher::Error, kind: &str) {
-        self.relisting = None;
         self.index.synced[slot].store(false, Ordering::Release);
         tracing::warn!(%error, kind, "project watch failed; no writes for this project until it is listed again");
     }
@@ -151,19 +149,8 @@ fn key<K: kube::Resource>(object: &K) -> (String, String) {
     (meta.namespace.clone().unwrap_or_default(), meta.name.clone().unwrap_or_default())
 }
 
-impl<K: Indexed> WatchSink<K> for KindWriter<K> {
-    fn relist_started(&mut self) {
-        self.relisting = Some(Vec::new());
-    }
-
-    fn listed(&mut self, object: K) {
-        if let Some(list) = self.relisting.as_mut() {
-            list.push(object);
-        }
-    }
-
-    fn relist_done(&mut self) {
-        let Some(list) = self.relisting.take() else { return };
+impl<K: Indexed> WholeSink<K> for KindWriter {
+    fn replace(&mut self, list: Vec<K>) {
         {
             let mut namespaces = write(&self.index.namespaces);
             for ns in namespaces.values_mut() {
@@ -197,19 +184,8 @@ impl<K: Indexed> WatchSink<K> for KindWriter<K> {
     }
 }
 
-impl WatchSink<NamespaceMeta> for KindWriter<NamespaceMeta> {
-    fn relist_started(&mut self) {
-        self.relisting = Some(Vec::new());
-    }
-
-    fn listed(&mut self, object: NamespaceMeta) {
-        if let Some(list) = self.relisting.as_mut() {
-            list.push(object);
-        }
-    }
-
-    fn relist_done(&mut self) {
-        let Some(list) = self.relisting.take() else { return };
+impl WholeSink<NamespaceMeta> for KindWriter {
+    fn replace(&mut self, list: Vec<NamespaceMeta>) {
         *write(&self.index.uids) = list.iter().filter_map(name_and_uid).collect();
         self.index.synced[NAMESPACE_SLOT].store(true, Ordering::Release);
         let _ = self.changes.send(Change::All);
@@ -242,16 +218,17 @@ fn name_and_uid(ns: &NamespaceMeta) -> Option<(String, String)> {
 mod tests {
     use super::*;
     use crate::core::fixtures::copy;
+    use crate::index::source::follow::{WatchSink, Whole};
 
     #[test]
     fn synced_only_while_every_watch_is_whole() {
         let index = Arc::new(ProjectIndex::default());
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-        let mut slices = KindWriter::<Slice>::new(Arc::clone(&index), tx.clone());
-        let mut namespaces = KindWriter::<NamespaceMeta>::new(Arc::clone(&index), tx.clone());
-        let mut proxies = KindWriter::<HttpProxy>::new(Arc::clone(&index), tx.clone());
-        let mut services = KindWriter::<NetworkService>::new(Arc::clone(&index), tx.clone());
-        let mut interfaces = KindWriter::<NetworkInterface>::new(Arc::clone(&index), tx);
+        let mut slices: Whole<_, Slice> = Whole::new(KindWriter::new(Arc::clone(&index), tx.clone()));
+        let mut namespaces: Whole<_, NamespaceMeta> = Whole::new(KindWriter::new(Arc::clone(&index), tx.clone()));
+        let mut proxies: Whole<_, HttpProxy> = Whole::new(KindWriter::new(Arc::clone(&index), tx.clone()));
+        let mut services: Whole<_, NetworkService> = Whole::new(KindWriter::new(Arc::clone(&index), tx.clone()));
+        let mut interfaces: Whole<_, NetworkInterface> = Whole::new(KindWriter::new(Arc::clone(&index), tx));
         slices.relist_started();
         slices.listed(copy("p", "vm-1", &["fd00::1"]));
         slices.relist_done();

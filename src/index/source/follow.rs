@@ -25,6 +25,58 @@ pub trait WatchSink<K> {
     fn failed(&mut self, error: &watcher::Error);
 }
 
+/// An index that takes each (re-)list whole; [`Whole`] gathers the list for it, so the index
+/// never sees half of one.
+pub trait WholeSink<K> {
+    /// A complete (re-)list: what the index holds from now on.
+    fn replace(&mut self, all: Vec<K>);
+    /// An object was added or changed.
+    fn applied(&mut self, object: K);
+    /// An object was deleted.
+    fn deleted(&mut self, object: K);
+    /// The watch failed; it will be listed again after a backoff.
+    fn failed(&mut self, error: &watcher::Error);
+}
+
+/// A [`WatchSink`] that gathers each (re-)list aside and hands it to `sink` once it is complete;
+/// a watch error drops what was gathered.
+pub struct Whole<S, K> {
+    pub sink: S,
+    relisting: Option<Vec<K>>,
+}
+
+impl<S, K> Whole<S, K> {
+    pub fn new(sink: S) -> Self {
+        Whole { sink, relisting: None }
+    }
+}
+
+impl<K, S: WholeSink<K>> WatchSink<K> for Whole<S, K> {
+    fn relist_started(&mut self) {
+        self.relisting = Some(Vec::new());
+    }
+    fn listed(&mut self, object: K) {
+        if let Some(list) = self.relisting.as_mut() {
+            list.push(object);
+        }
+    }
+    fn relist_done(&mut self) {
+        if let Some(all) = self.relisting.take() {
+            self.sink.replace(all);
+        }
+    }
+    fn applied(&mut self, object: K) {
+        self.sink.applied(object);
+    }
+    fn deleted(&mut self, object: K) {
+        self.sink.deleted(object);
+    }
+    fn failed(&mut self, error: &watcher::Error) {
+        self.relisting = None;
+        self.sink.failed(error);
+    }
+}
+
 /// How long one watch request lasts before the API server ends it and the watcher starts the
 /// next one from where it was (no re-list). Shorter than the client's read timeout
 /// ([`crate::runtime::hub::API_READ_TIMEOUT`]), so only a dead connection is ever timed out.
