@@ -6,8 +6,6 @@
 //! type requires `spec`, so one record written without it would fail the whole list of a watch.
 //! The reading type defaults a missing `spec`; the CRD is the derived one with `spec` made optional.
 
-use std::borrow::Cow;
-
 use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use schemars::JsonSchema;
@@ -64,29 +62,7 @@ impl EdgeReachability {
     }
 }
 
-impl kube::Resource for EdgeReachability {
-    type DynamicType = ();
-    type Scope = NamespaceResourceScope;
-
-    fn kind(_: &()) -> Cow<'_, str> {
-        KIND.into()
-    }
-    fn group(_: &()) -> Cow<'_, str> {
-        GROUP.into()
-    }
-    fn version(_: &()) -> Cow<'_, str> {
-        VERSION.into()
-    }
-    fn plural(_: &()) -> Cow<'_, str> {
-        PLURAL.into()
-    }
-    fn meta(&self) -> &ObjectMeta {
-        &self.metadata
-    }
-    fn meta_mut(&mut self) -> &mut ObjectMeta {
-        &mut self.metadata
-    }
-}
+static_resource!(EdgeReachability, NamespaceResourceScope, GROUP, VERSION, KIND, PLURAL);
 
 /// The derived resource, used only to generate the CRD.
 mod schema {

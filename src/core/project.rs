@@ -1,42 +1,12 @@
 //! The project control plane's objects the producer reads, lean: only the fields the answer uses
 //! (upstream's field names, `networking.datumapis.com/v1alpha`), the rest skipped unparsed.
 
-use std::borrow::Cow;
-
 use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use serde::{Deserialize, Serialize};
 
+use super::crd::{GROUP, VERSION};
 use super::slice::{lean_metadata, null_as_empty};
-
-/// `kube::Resource` for a namespaced `networking.datumapis.com/v1alpha` kind, so it can be watched.
-macro_rules! project_resource {
-    ($type:ty, $kind:literal, $plural:literal) => {
-        impl kube::Resource for $type {
-            type DynamicType = ();
-            type Scope = NamespaceResourceScope;
-
-            fn kind(_: &()) -> Cow<'_, str> {
-                $kind.into()
-            }
-            fn group(_: &()) -> Cow<'_, str> {
-                "networking.datumapis.com".into()
-            }
-            fn version(_: &()) -> Cow<'_, str> {
-                "v1alpha".into()
-            }
-            fn plural(_: &()) -> Cow<'_, str> {
-                $plural.into()
-            }
-            fn meta(&self) -> &ObjectMeta {
-                &self.metadata
-            }
-            fn meta_mut(&mut self) -> &mut ObjectMeta {
-                &mut self.metadata
-            }
-        }
-    };
-}
 
 /// An HTTPProxy: only its rules' backends.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -143,33 +113,11 @@ pub struct NamespaceMeta {
     pub metadata: Box<ObjectMeta>,
 }
 
-impl kube::Resource for NamespaceMeta {
-    type DynamicType = ();
-    type Scope = k8s_openapi::ClusterResourceScope;
+static_resource!(NamespaceMeta, k8s_openapi::ClusterResourceScope, "", "v1", "Namespace", "namespaces");
 
-    fn kind(_: &()) -> Cow<'_, str> {
-        "Namespace".into()
-    }
-    fn group(_: &()) -> Cow<'_, str> {
-        "".into()
-    }
-    fn version(_: &()) -> Cow<'_, str> {
-        "v1".into()
-    }
-    fn plural(_: &()) -> Cow<'_, str> {
-        "namespaces".into()
-    }
-    fn meta(&self) -> &ObjectMeta {
-        &self.metadata
-    }
-    fn meta_mut(&mut self) -> &mut ObjectMeta {
-        &mut self.metadata
-    }
-}
-
-project_resource!(HttpProxy, "HTTPProxy", "httpproxies");
-project_resource!(NetworkService, "NetworkService", "networkservices");
-project_resource!(NetworkInterface, "NetworkInterface", "networkinterfaces");
+static_resource!(HttpProxy, NamespaceResourceScope, GROUP, VERSION, "HTTPProxy", "httpproxies");
+static_resource!(NetworkService, NamespaceResourceScope, GROUP, VERSION, "NetworkService", "networkservices");
+static_resource!(NetworkInterface, NamespaceResourceScope, GROUP, VERSION, "NetworkInterface", "networkinterfaces");
 
 #[cfg(test)]
 mod tests {

@@ -5,7 +5,6 @@
 //! endpoint's addresses, in order; serde skips everything else without allocating. It is a
 //! `kube::Resource`, so the pruner watches copies as this type too.
 
-use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use k8s_openapi::NamespaceResourceScope;
@@ -47,29 +46,7 @@ impl Slice {
     }
 }
 
-impl kube::Resource for Slice {
-    type DynamicType = ();
-    type Scope = NamespaceResourceScope;
-
-    fn kind(_: &()) -> Cow<'_, str> {
-        "EndpointSlice".into()
-    }
-    fn group(_: &()) -> Cow<'_, str> {
-        "discovery.k8s.io".into()
-    }
-    fn version(_: &()) -> Cow<'_, str> {
-        "v1".into()
-    }
-    fn plural(_: &()) -> Cow<'_, str> {
-        "endpointslices".into()
-    }
-    fn meta(&self) -> &ObjectMeta {
-        &self.metadata
-    }
-    fn meta_mut(&mut self) -> &mut ObjectMeta {
-        &mut self.metadata
-    }
-}
+static_resource!(Slice, NamespaceResourceScope, "discovery.k8s.io", "v1", "EndpointSlice", "endpointslices");
 
 /// The metadata fields edgegate reads; the rest (managed fields above all) is skipped unparsed.
 #[derive(Deserialize)]
