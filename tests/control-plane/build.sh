@@ -8,13 +8,24 @@
 # Kubernetes' own module requires its staging modules at v0.0.0 and maps them to ./staging, which
 # only works inside its repository; go.mod beside this script replaces each with its published
 # v0.<minor>.<patch>. The etcd server module is built from the same module graph.
+#
+# Safe to start several times at once (tests do): one build runs under a lock, the others wait for
+# it and then find the cache filled.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 k8s_version=$(awk '$1 == "k8s.io/kubernetes" {print $2}' "$here/go.mod")
 etcd_version=$(awk '$1 == "go.etcd.io/etcd/server/v3" {print $2}' "$here/go.mod")
 cache=${EDGEGATE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/edgegate}/control-plane/${k8s_version}-etcd-${etcd_version}
 want_kubectl=${1:-}
-if [[ -x $cache/kube-apiserver && -x $cache/etcd && ( -z $want_kubectl || -x $cache/kubectl ) ]]; then
+ready() { [[ -x $cache/kube-apiserver && -x $cache/etcd && ( -z $want_kubectl || -x $cache/kubectl ) ]]; }
+if ready; then
+  echo "$cache"
+  exit 0
+fi
+mkdir -p "$(dirname "$cache")"
+exec 9>"$cache.lock"
+flock 9
+if ready; then # built by whoever held the lock before us
   echo "$cache"
   exit 0
 fi
