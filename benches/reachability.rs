@@ -1,5 +1,5 @@
 //! The producer's recompute of one namespace: 100 HTTPProxies, 50 NetworkServices, 2,000
-//! NetworkInterfaces (40 per service, all Bound), as the producer issue sizes it.
+//! NetworkInterfaces (40 per service, all Bound): a large project namespace.
 
 use std::hint::black_box;
 

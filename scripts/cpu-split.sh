@@ -17,8 +17,8 @@ command -v wrk >/dev/null || { echo "wrk is missing: apt-get install -y wrk" >&2
 [ "$(nproc)" -ge 2 ] || { echo "needs two CPUs" >&2; exit 1; }
 . scripts/webhook.sh
 cp examples/records/edgereachability.yaml "$work/records/"
-TOKIO_WORKER_THREADS=1 serve "$work/tls/ca.crt" taskset -c 0 "$webhook" \
-  --listen "127.0.0.1:$port" --self-signed "$work/tls" --records-dir "$work/records" --serve-ceiling
+TOKIO_WORKER_THREADS=1 serve "$work/tls/ca.crt" taskset -c 0 "$ceiling" \
+  --listen "127.0.0.1:$port" --self-signed "$work/tls" --records-dir "$work/records"
 
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$pid/stat"; }
 run() { # path -> "rps us_per_request"

@@ -15,8 +15,8 @@ secs=${1:-8}
 command -v wrk >/dev/null || { echo "wrk is missing: apt-get install -y wrk" >&2; exit 1; }
 . scripts/webhook.sh
 cp examples/records/edgereachability.yaml "$work/records/"
-serve "$work/tls/ca.crt" "$webhook" --listen "127.0.0.1:$port" --self-signed "$work/tls" \
-  --records-dir "$work/records" --serve-ceiling
+serve "$work/tls/ca.crt" "$ceiling" --listen "127.0.0.1:$port" --self-signed "$work/tls" \
+  --records-dir "$work/records"
 
 run() { # name path connections
   local out

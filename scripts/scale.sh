@@ -3,14 +3,14 @@
 # 10,000 namespaces with a record and 10 copies each (100,000 copies), then the pruner and the
 # webhook (--kubernetes; then with 1,000,000 record addresses) started against it and measured;
 # then the producer between a project of 10,000 namespaces and a hub.
-# Release build. Bounded: every wait in tests/scale.rs has a limit. About 15-25 minutes on 2 cores.
+# Release build. Bounded: every wait in tests/system/tests/scale.rs has a limit. About 15-25 minutes on 2 cores.
 #
 #   scripts/scale.sh            prints the figures (lines starting "scale:")
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tests/control-plane/build.sh >/dev/null
 cargo build --release --locked --workspace --quiet
-cargo test --release --locked -p edgegate-pruner --test scale -- --ignored --nocapture 2>&1 |
+cargo test --release --locked -p edgegate-system-tests --test scale -- --ignored --nocapture 2>&1 |
   awk '/^scale:|test result/ { print } /panicked/ { print; getline; print }'
-cargo test --release --locked -p edgegate-producer --test producer_e2e producer_with_10000_namespaces -- --ignored --nocapture 2>&1 |
+cargo test --release --locked -p edgegate-system-tests --test producer_e2e producer_with_10000_namespaces -- --ignored --nocapture 2>&1 |
   awk '/^producer:|test result/ { print } /panicked/ { print; getline; print }'

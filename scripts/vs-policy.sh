@@ -9,5 +9,5 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 tests/control-plane/build.sh >/dev/null
 cargo build --release --locked --workspace --quiet
-cargo test --release --locked -p edgegate-pruner --test vs_policy -- --ignored --nocapture 2>&1 |
+cargo test --release --locked -p edgegate-system-tests --test vs_policy -- --ignored --nocapture 2>&1 |
   awk '/^vs:|test result/ { print } /panicked/ { print; getline; print }'

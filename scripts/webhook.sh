@@ -1,14 +1,16 @@
 # Sourced by the loopback scripts (load, cpu-split, soak, rss, rotation-under-load), so that each
-# says only what it measures. Builds the release webhook and sets:
+# says only what it measures. Builds the release webhook (and its ceiling example) and sets:
 #   $webhook   the binary
+#   $ceiling   the webhook plus POST /ceiling and /ceiling/tokenised (webhook/examples/ceiling.rs)
 #   $work      a scratch directory, removed on exit, with records/ in it (empty)
 #   $port      a free loopback port
 #   serve CA COMMAND...      start COMMAND (the webhook, maybe wrapped) in the background as $pid,
 #                            and return once /readyz answers over TLS verified by CA (60 s at most)
 #   many_records DIR TOTAL   write TOTAL IPv6 record addresses, 8,130 to a namespace (under the
 #                            8,192 per-record limit), one EdgeReachability file per namespace
-cargo build -q --release -p edgegate-webhook
+cargo build -q --release -p edgegate-webhook --bins --example ceiling
 webhook=target/release/edgegate-webhook
+ceiling=target/release/examples/ceiling
 work=$(mktemp -d)
 pid=
 trap 'kill $pid 2>/dev/null || true; rm -rf "$work"' EXIT

@@ -14,6 +14,10 @@ pub mod fuzzing;
 pub mod index;
 pub mod runtime;
 
+/// This build's version, with the git revision it was built from where known: what every
+/// binary's `--version` prints.
+pub const VERSION: &str = env!("EDGEGATE_VERSION");
+
 pub use crate::core::crd::{EdgeReachability, EdgeReachabilitySpec};
 pub use crate::core::decision::{Allowed, Decision, Denial, decide};
 pub use crate::core::record::{Record, RecordState};

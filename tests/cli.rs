@@ -85,7 +85,7 @@ fn check_old_judges_an_update() {
     let check =
         |old: &str, new: &str| edgegate(&["check", "--record", &path("record.yaml"), "--old", old, "--slice", new]);
     let (code, out) = check(&path("old.yaml"), &path("leaving.yaml"));
-    assert_eq!((code, out.trim()), (0, "allow: the copy is being deleted; an UPDATE of it carries nothing new"));
+    assert_eq!((code, out.trim()), (0, "allow: an UPDATE of a copy that adds no address it did not carry"));
     let (code, out) = check(&path("old.yaml"), &path("old.yaml"));
     assert_eq!((code, out.trim()), (0, "allow: an UPDATE of a copy that adds no address it did not carry"));
     let (code, out) = check(&path("old.yaml"), &path("grown.yaml"));
@@ -153,4 +153,19 @@ fn audit_offline_exits_by_what_would_be_deleted() {
     std::fs::write(path("bad.yaml"), "kind: [").expect("write");
     let (code, out) = edgegate(&["audit", "--records", &served, "--slices", &path("bad.yaml")]);
     assert_eq!(code, 2, "{out}");
+}
+
+#[test]
+fn version_names_the_git_revision_it_was_built_from() {
+    let (code, printed) = edgegate(&["--version"]);
+    assert_eq!(code, 0);
+    let head = Command::new("git").args(["rev-parse", "--short=12", "HEAD"]).current_dir(repo(".")).output();
+    match head {
+        Ok(out) if out.status.success() && std::env::var_os("EDGEGATE_REVISION").is_none() => {
+            let head = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+            let want = format!("edgegate {} (git {head})", env!("CARGO_PKG_VERSION"));
+            assert_eq!(printed.trim(), want);
+        }
+        _ => assert!(printed.starts_with(&format!("edgegate {}", env!("CARGO_PKG_VERSION"))), "{printed}"),
+    }
 }

@@ -2,77 +2,43 @@
 //! plane and one the hub: every request is seen, answered, logged and checked against
 //! `src/runtime/rbac.rs`, so each test states exactly which calls a scenario allows.
 
+#[path = "support/mock.rs"]
+mod mock;
+
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use edgegate::core::hold::Hold;
 use edgegate::index::hub::HubView;
 use edgegate::index::source::kubernetes::Change;
-use edgegate::runtime::rbac::{PRODUCER_HUB, PRODUCER_PROJECT, Rule, allows};
+use edgegate::runtime::lease::Leadership;
+use edgegate::runtime::rbac::{PRODUCER_HUB, PRODUCER_PROJECT};
 use edgegate_producer::metrics::Metrics;
 use edgegate_producer::producer::{Producer, Trigger, Written};
 use edgegate_producer::run::{Engaged, start_hub_watches};
-use http::{Request, Response};
 use kube::Client;
-use kube::client::Body;
 use kube::runtime::events::{Recorder, Reporter};
 use serde_json::{Value, json};
-use tokio::sync::{mpsc, watch};
+use tokio::sync::mpsc;
 
-/// One request as a mock saw it.
-#[derive(Clone, Debug)]
-struct Seen {
-    method: String,
-    uri: String,
-    body: Value,
-}
+use mock::{Log, Seen, assert_within, json_response, list, status};
 
-type Log = Arc<Mutex<Vec<Seen>>>;
-
-fn list(items: Vec<Value>) -> Value {
-    json!({"apiVersion": "v1", "kind": "List", "metadata": {"resourceVersion": "10"}, "items": items})
-}
-
-/// Serve a mock: a GET without `watch` gets the list `lists` has for its path (500 where it
+/// A mock API server: a GET without `watch` gets the list `lists` has for its path (500 where it
 /// says `None`, and no answer at all for a path it does not name), watches are held open, a PATCH
 /// is echoed and an event POST accepted.
 fn serve(lists: Vec<(&'static str, Option<Vec<Value>>)>) -> (Client, Log) {
-    let (mock, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
-    let log: Log = Arc::default();
-    let seen = Arc::clone(&log);
-    tokio::spawn(async move {
-        let mut held = Vec::new();
-        while let Some((request, send)) = handle.next_request().await {
-            let (parts, body) = request.into_parts();
-            let bytes = body.collect_bytes().await.unwrap_or_default();
-            let body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
-            let uri = parts.uri.to_string();
-            let path = uri.split('?').next().unwrap_or_default().to_owned();
-            seen.lock().expect("log").push(Seen {
-                method: parts.method.to_string(),
-                uri: uri.clone(),
-                body: body.clone(),
-            });
-            let json = |status: u16, v: &Value| {
-                Response::builder()
-                    .status(status)
-                    .body(Body::from(serde_json::to_vec(v).unwrap_or_default()))
-                    .unwrap_or_else(|_| Response::new(Body::empty()))
-            };
-            match parts.method.as_str() {
-                "GET" if uri.contains("watch=true") => held.push(send),
-                "GET" => match lists.iter().find(|(p, _)| *p == path) {
-                    Some((_, Some(items))) => send.send_response(json(200, &list(items.clone()))),
-                    Some((_, None)) => send.send_response(json(500, &json!({"kind": "Status", "code": 500}))),
-                    None => held.push(send), // never answered: the list is still running
-                },
-                "PATCH" => send.send_response(json(200, &body)),
-                "POST" => send.send_response(json(201, &body)),
-                _ => send.send_response(json(404, &json!({"kind": "Status", "code": 404}))),
-            }
-        }
-        drop(held);
-    });
-    (Client::new(mock, "default"), log)
+    let mut held = Vec::new();
+    mock::serve(move |seen, send| match seen.method.as_str() {
+        "GET" if seen.is_watch() => held.push(send),
+        "GET" => match lists.iter().find(|(p, _)| *p == seen.path()) {
+            Some((_, Some(items))) => send.send_response(json_response(200, &list("List", items.clone()))),
+            Some((_, None)) => send.send_response(status(500)),
+            None => held.push(send), // never answered: the list is still running
+        },
+        "PATCH" => send.send_response(json_response(200, &seen.body)),
+        "POST" => send.send_response(json_response(201, &seen.body)),
+        _ => send.send_response(status(404)),
+    })
 }
 
 const HTTPPROXIES: &str = "/apis/networking.datumapis.com/v1alpha/httpproxies";
@@ -140,13 +106,15 @@ fn start(
     start_hub_watches(&hub, &view, &tx);
     let engaged = Engaged::new(tx);
     engaged.engage("acme", project);
-    let (_, leader) = watch::channel(true);
+    let leader = Leadership::always();
     let recorder = Recorder::new(hub.clone(), Reporter { controller: "edgegate-producer".into(), instance: None });
     let producer = Producer {
         hub,
         view,
         projects: Arc::clone(&engaged.projects),
         force_ownership: false,
+        withdrawals: Mutex::new(Hold::new(Duration::ZERO)),
+        again: None,
         leader,
         metrics: Arc::new(Metrics::new()),
         recorder,
@@ -158,39 +126,24 @@ async fn settle() {
     tokio::time::sleep(Duration::from_millis(300)).await;
 }
 
-/// The RBAC (group, resource, verb) a request needs.
-fn rbac_of(call: &Seen) -> (String, String, &'static str) {
-    let path = call.uri.split('?').next().unwrap_or_default();
-    let (group, rest) = match path.strip_prefix("/api/v1/") {
-        Some(rest) => (String::new(), rest.split('/').collect::<Vec<_>>()),
-        None => {
-            let parts: Vec<&str> = path.trim_start_matches("/apis/").split('/').collect();
-            (parts[0].to_owned(), parts[2..].to_vec())
-        }
-    };
-    let (resource, named) = match rest.as_slice() {
-        ["namespaces", _, resource, _name, ..] => (*resource, true),
-        ["namespaces", _, resource] => (*resource, false),
-        [resource, _name] => (*resource, true),
-        [resource] => (*resource, false),
-        _ => ("", false),
-    };
-    let verb = match (call.method.as_str(), named, call.uri.contains("watch=true")) {
-        ("GET", false, true) => "watch",
-        ("GET", false, false) => "list",
-        ("GET", true, _) => "get",
-        ("PATCH", _, _) => "patch",
-        ("POST", _, _) => "create",
-        _ => "other",
-    };
-    (group, resource.to_owned(), verb)
+/// Wait (5 s at most) until `ok`: a test that asserts nothing was written first waits for
+/// everything but the one missing piece to be whole, or it would pass on a producer that had not
+/// started yet.
+async fn until(what: &str, mut ok: impl FnMut() -> bool) {
+    let started = std::time::Instant::now();
+    while !ok() {
+        assert!(started.elapsed() < Duration::from_secs(5), "{what}: not within 5 s");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
 }
 
-fn assert_within(log: &Log, rules: &[Rule], which: &str) {
-    for call in log.lock().expect("log").iter() {
-        let (group, resource, verb) = rbac_of(call);
-        assert!(allows(rules, &group, &resource, verb), "{call:?} is not in rbac::{which}");
-    }
+/// Is a watch open on `path` (so its list was answered)?
+fn watching(log: &Log, path: &str) -> bool {
+    log.lock().expect("log").iter().any(|s| s.path() == path && s.is_watch())
+}
+
+fn project_synced(h: &Harness) -> bool {
+    h.producer.projects.read().expect("projects").values().all(|p| p.synced())
 }
 
 #[tokio::test]
@@ -222,7 +175,11 @@ async fn writes_the_answer_once_then_nothing_but_lists_and_watches() {
 #[tokio::test]
 async fn nothing_is_written_before_every_project_watch_has_listed() {
     let h = start(project(None, Some(INTERFACES)), hub(vec![]));
-    settle().await;
+    until("the hub and four of five project kinds listed", || {
+        h.producer.view.synced()
+            && [HTTPPROXIES, SERVICES, SLICES, NAMESPACES].iter().all(|p| watching(&h.project_log, p))
+    })
+    .await;
     assert_eq!(h.producer.pass(&[Trigger::Hub(Change::All)]).await, [Written::Skipped]);
     assert!(h.hub_log.lock().expect("log").iter().all(|s| s.method == "GET"));
 }
@@ -230,7 +187,13 @@ async fn nothing_is_written_before_every_project_watch_has_listed() {
 #[tokio::test]
 async fn nothing_is_written_when_a_project_list_fails() {
     let h = start(project(Some(SERVICES), None), hub(vec![]));
-    settle().await;
+    until("the hub and the other project kinds listed, and the failing list retried", || {
+        let retried = h.project_log.lock().expect("log").iter().filter(|s| s.path() == SERVICES).count() >= 2;
+        h.producer.view.synced()
+            && retried
+            && [HTTPPROXIES, INTERFACES, SLICES, NAMESPACES].iter().all(|p| watching(&h.project_log, p))
+    })
+    .await;
     assert_eq!(h.producer.pass(&[Trigger::Hub(Change::All)]).await, [Written::Skipped]);
     assert!(h.hub_log.lock().expect("log").iter().all(|s| s.method == "GET"));
 }
@@ -238,7 +201,8 @@ async fn nothing_is_written_when_a_project_list_fails() {
 #[tokio::test]
 async fn nothing_is_written_while_the_hub_is_not_listed() {
     let h = start(project(None, None), vec![(NAMESPACES, Some(vec![]))]);
-    settle().await;
+    until("the project and the hub's namespaces listed", || project_synced(&h) && watching(&h.hub_log, NAMESPACES))
+        .await;
     assert_eq!(h.producer.pass(&[Trigger::Hub(Change::All)]).await, [Written::Skipped]);
     assert!(h.hub_log.lock().expect("log").iter().all(|s| s.method == "GET"));
 }

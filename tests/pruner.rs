@@ -1,24 +1,33 @@
 //! The pruner against kube's `tower-test` mock API server: every request it makes is seen,
 //! answered and logged, so each test states exactly which calls a scenario allows.
 
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
+#[path = "support/mock.rs"]
+mod mock;
 
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use edgegate::core::hold::Hold;
 use edgegate::core::plan::Scope;
 use edgegate::index::copies::CopyIndex;
-use edgegate::{CopySelector, RecordStore};
+use edgegate::runtime::lease::{Grant, Leadership};
+use edgegate::{CopySelector, RecordSource, RecordStore};
 use edgegate_pruner::metrics::Metrics;
-use edgegate_pruner::pruner::{Outcome, Pruner};
+use edgegate_pruner::pruner::{Outcome, Pacer, Pruner};
 use edgegate_pruner::run::start_watches;
-use http::{Request, Response, StatusCode};
+use http::StatusCode;
 use kube::Client;
-use kube::client::Body;
 use kube::runtime::events::{Recorder, Reporter};
+use mock::{Log, Seen, assert_within, json_response, list, status, watch_event};
 use serde_json::{Value, json};
-use tokio::sync::{mpsc, watch};
+use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 const COPY_LABEL: &str = "networking.datumapis.com/vpc-endpointslice-projection";
+
+fn far_future() -> Instant {
+    Instant::now() + Duration::from_secs(3600)
+}
 
 fn record(ns: &str, addresses: &[&str]) -> Value {
     json!({
@@ -38,10 +47,6 @@ fn copy(ns: &str, name: &str, addresses: &[&str]) -> Value {
     })
 }
 
-fn list(kind: &str, items: Vec<Value>) -> Value {
-    json!({"apiVersion": "v1", "kind": kind, "metadata": {"resourceVersion": "10"}, "items": items})
-}
-
 /// How the mock answers.
 #[derive(Clone)]
 struct Scenario {
@@ -50,120 +55,100 @@ struct Scenario {
     delete_status: u16,
 }
 
-/// One request as the mock saw it.
-#[derive(Clone, Debug)]
-struct Seen {
-    method: String,
-    uri: String,
-    body: Value,
-}
-
-impl Seen {
-    fn is(&self, method: &str, path_prefix: &str) -> bool {
-        self.method == method && self.uri.starts_with(path_prefix)
-    }
-}
-
-type Log = Arc<Mutex<Vec<Seen>>>;
-
 /// Serve the mock API server until the test ends. Watches are held open (the steady state);
 /// a successful DELETE is followed by the copy's DELETED event on the copy watch, as the API
 /// server would send it.
-fn serve(mut handle: tower_test::mock::Handle<Request<Body>, Response<Body>>, scenario: Scenario) -> Log {
-    let log: Log = Arc::default();
-    let seen = Arc::clone(&log);
-    tokio::spawn(async move {
-        let mut held = Vec::new();
-        let mut copy_watch = None;
-        while let Some((request, send)) = handle.next_request().await {
-            let (parts, body) = request.into_parts();
-            let bytes = body.collect_bytes().await.unwrap_or_default();
-            let body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
-            let uri = parts.uri.to_string();
-            let entry = Seen { method: parts.method.to_string(), uri: uri.clone(), body: body.clone() };
-            seen.lock().expect("log").push(entry.clone());
-            let watch = uri.contains("watch=true");
-            let json = |status: u16, v: &Value| {
-                Response::builder()
-                    .status(status)
-                    .body(Body::from(serde_json::to_vec(v).unwrap_or_default()))
-                    .unwrap_or_else(|_| Response::new(Body::empty()))
-            };
-            if entry.is("GET", "/apis/networking.datumapis.com/v1alpha/edgereachabilities") && !watch {
-                match &scenario.records {
-                    Some(items) => send.send_response(json(200, &list("EdgeReachabilityList", items.clone()))),
-                    None => {
-                        send.send_response(json(500, &json!({"kind": "Status", "code": 500, "message": "etcd down"})))
-                    }
-                }
-            } else if entry.is("GET", "/apis/discovery.k8s.io/v1/endpointslices") && !watch {
-                send.send_response(json(200, &list("EndpointSliceList", scenario.copies.clone())));
-            } else if entry.is("GET", "/apis/discovery.k8s.io/v1/endpointslices") {
-                copy_watch = Some(send);
-            } else if watch {
-                held.push(send);
-            } else if entry.method == "DELETE" {
-                let status = scenario.delete_status;
-                let name = uri.rsplit('/').next().unwrap_or_default().split('?').next().unwrap_or_default().to_owned();
-                send.send_response(json(status, &json!({"kind": "Status", "apiVersion": "v1", "code": status})));
-                if status == 200
-                    && let Some(watch) = copy_watch.take()
-                {
-                    let gone = scenario.copies.iter().find(|c| c["metadata"]["name"] == name.as_str()).cloned();
-                    let event = json!({"type": "DELETED", "object": gone});
-                    let mut line = serde_json::to_vec(&event).unwrap_or_default();
-                    line.push(b'\n');
-                    watch.send_response(Response::new(Body::from(line)));
-                }
-            } else if entry.is("POST", "/apis/events.k8s.io/v1/namespaces/") {
-                send.send_response(json(201, &body));
-            } else {
-                send.send_response(json(404, &json!({"kind": "Status", "code": 404})));
+fn serve(scenario: Scenario) -> (Client, Log) {
+    let mut held = Vec::new();
+    let mut copy_watch = None;
+    mock::serve(move |seen, send| {
+        const RECORDS: &str = "/apis/networking.datumapis.com/v1alpha/edgereachabilities";
+        const COPIES: &str = "/apis/discovery.k8s.io/v1/endpointslices";
+        if seen.is("GET", RECORDS) && !seen.is_watch() {
+            match &scenario.records {
+                Some(items) => send.send_response(json_response(200, &list("EdgeReachabilityList", items.clone()))),
+                None => send
+                    .send_response(json_response(500, &json!({"kind": "Status", "code": 500, "message": "etcd down"}))),
             }
+        } else if seen.is("GET", COPIES) && !seen.is_watch() {
+            send.send_response(json_response(200, &list("EndpointSliceList", scenario.copies.clone())));
+        } else if seen.is("GET", COPIES) {
+            copy_watch = Some(send);
+        } else if seen.is_watch() {
+            held.push(send);
+        } else if seen.method == "DELETE" {
+            let code = scenario.delete_status;
+            let name = seen.path().rsplit('/').next().unwrap_or_default().to_owned();
+            send.send_response(status(code));
+            if code == 200
+                && let Some(watch) = copy_watch.take()
+            {
+                let gone = scenario.copies.iter().find(|c| c["metadata"]["name"] == name.as_str()).cloned();
+                watch.send_response(watch_event("DELETED", &gone.unwrap_or_default()));
+            }
+        } else if seen.is("POST", "/apis/events.k8s.io/v1/namespaces/") {
+            send.send_response(json_response(201, &seen.body));
+        } else {
+            send.send_response(status(404));
         }
-        drop(held);
-    });
-    log
+    })
 }
 
 struct Harness {
     log: Log,
-    leader: watch::Sender<bool>,
+    leader: Grant,
     metrics: Arc<Metrics>,
+    records: Arc<RecordStore>,
+    copies: Arc<CopyIndex>,
     shutdown: CancellationToken,
 }
 
 impl Harness {
     /// The pruner with real watches against the mock, resyncing every 100 ms.
     fn start(scenario: Scenario, leading: bool, dry_run: bool) -> Harness {
-        let (mock, handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
-        let log = serve(handle, scenario);
-        let client = Client::new(mock, "default");
+        let (client, log) = serve(scenario);
         let (changes_tx, changes) = mpsc::unbounded_channel();
         let records = Arc::new(RecordStore::new("default"));
         let copies = Arc::new(CopyIndex::default());
+        let changes_tx_again = changes_tx.clone();
         start_watches(&client, &CopySelector::default(), &records, &copies, changes_tx);
-        let (leader, leader_rx) = watch::channel(leading);
+        let (leader_rx, leader) = Grant::new();
+        if leading {
+            leader.until(Some(far_future()));
+        }
         let metrics = Arc::new(Metrics::new());
         let recorder = Recorder::new(client.clone(), Reporter { controller: "edgegate-pruner".into(), instance: None });
         let pruner = Pruner {
             client,
-            records,
-            copies,
+            records: Arc::clone(&records),
+            copies: Arc::clone(&copies),
             selector: CopySelector::default(),
             dry_run,
-            pace: Duration::ZERO,
+            pacer: Pacer::new(Duration::ZERO),
+            grace: Mutex::new(Hold::new(Duration::ZERO)),
+            again: Some(changes_tx_again),
             leader: leader_rx,
             metrics: Arc::clone(&metrics),
             recorder,
         };
         let shutdown = CancellationToken::new();
         tokio::spawn(pruner.run(changes, Duration::from_millis(100), shutdown.clone()));
-        Harness { log, leader, metrics, shutdown }
+        Harness { log, leader, metrics, records, copies, shutdown }
     }
 
     fn seen(&self, method: &str, prefix: &str) -> Vec<Seen> {
         self.log.lock().expect("log").iter().filter(|s| s.is(method, prefix)).cloned().collect()
+    }
+
+    /// Once both caches are whole, and three resync passes have run on them: what the pruner
+    /// has not done by then, it did not do for want of a view.
+    async fn synced(&self) {
+        let started = Instant::now();
+        while !(self.records.synced() && self.copies.synced()) {
+            assert!(started.elapsed() < Duration::from_secs(5), "caches not synced within 5 s");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
     }
 
     fn deletes(&self) -> Vec<Seen> {
@@ -226,13 +211,7 @@ async fn deletes_only_the_unnamed_copy_with_preconditions_and_an_event() {
         })
         .collect();
     assert!(other.is_empty(), "unexpected calls: {other:?}");
-    for call in &log {
-        let (group, resource, verb) = rbac_of(call);
-        assert!(
-            edgegate::runtime::rbac::allows(edgegate::runtime::rbac::PRUNER, &group, &resource, verb),
-            "{call:?} is not in rbac::PRUNER"
-        );
-    }
+    assert_within(&h.log, edgegate::runtime::rbac::PRUNER, "PRUNER");
     let lists = log.iter().filter(|s| s.method == "GET" && !s.uri.contains("watch=true")).count();
     assert_eq!(lists, 2, "one initial list each, no list per event or pass: {log:?}");
     assert!(
@@ -242,36 +221,12 @@ async fn deletes_only_the_unnamed_copy_with_preconditions_and_an_event() {
     );
 }
 
-/// The RBAC (group, resource, verb) a request needs.
-fn rbac_of(call: &Seen) -> (String, String, &'static str) {
-    let path = call.uri.split('?').next().unwrap_or_default();
-    let parts: Vec<&str> = path.trim_start_matches("/apis/").split('/').collect();
-    let group = parts[0].to_owned();
-    let rest = &parts[2..];
-    let (resource, named) = match rest {
-        ["namespaces", _, resource, _name, ..] => (*resource, true),
-        ["namespaces", _, resource] => (*resource, false),
-        [resource, ..] => (*resource, false),
-        [] => ("", false),
-    };
-    let verb = match (call.method.as_str(), named, call.uri.contains("watch=true")) {
-        ("GET", false, true) => "watch",
-        ("GET", false, false) => "list",
-        ("GET", true, _) => "get",
-        ("POST", ..) => "create",
-        ("PATCH", ..) => "patch",
-        ("DELETE", ..) => "delete",
-        _ => "unknown",
-    };
-    (group, resource.to_owned(), verb)
-}
-
 #[tokio::test]
 async fn no_record_deletes_nothing() {
     let mut scenario = world();
     scenario.records = Some(vec![]);
     let h = Harness::start(scenario, true, false);
-    settle().await;
+    h.synced().await;
     assert!(h.deletes().is_empty());
 }
 
@@ -288,9 +243,9 @@ async fn an_unreadable_record_list_deletes_nothing() {
 #[tokio::test]
 async fn not_leading_deletes_nothing_until_leading() {
     let h = Harness::start(world(), false, false);
-    settle().await;
+    h.synced().await;
     assert!(h.deletes().is_empty(), "no DELETE without the lease");
-    h.leader.send(true).expect("leader channel");
+    h.leader.until(Some(far_future()));
     settle().await;
     assert_eq!(h.deletes().len(), 1, "becoming leader starts deleting");
 }
@@ -317,13 +272,21 @@ async fn a_conflict_is_absorbed() {
 
 /// A pruner whose caches are filled by hand, for single passes.
 fn pruner_with(records: Vec<Value>, copies: Vec<Value>, pace: Duration) -> (Pruner, Log, Arc<RecordStore>) {
+    held_pruner(records, copies, pace, Duration::ZERO)
+}
+
+/// The same with a grace.
+fn held_pruner(
+    records: Vec<Value>,
+    copies: Vec<Value>,
+    pace: Duration,
+    grace: Duration,
+) -> (Pruner, Log, Arc<RecordStore>) {
     use edgegate::index::copies::CopyWriter;
     use edgegate::index::source::follow::WatchSink;
     use edgegate::index::source::kubernetes::{OnWatchError, StoreWriter};
-    let (mock, handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
     let scenario = Scenario { records: Some(vec![]), copies: copies.clone(), delete_status: 200 };
-    let log = serve(handle, scenario);
-    let client = Client::new(mock, "default");
+    let (client, log) = serve(scenario);
     let store = Arc::new(RecordStore::new("default"));
     let mut writer = StoreWriter::new(Arc::clone(&store), OnWatchError::Unsync);
     writer.relist_started();
@@ -338,7 +301,7 @@ fn pruner_with(records: Vec<Value>, copies: Vec<Value>, pace: Duration) -> (Prun
         copy_writer.listed(serde_json::from_value(c).expect("copy"));
     }
     copy_writer.relist_done();
-    let (_tx, leader) = watch::channel(true);
+    let leader = Leadership::always();
     let recorder = Recorder::new(client.clone(), Reporter { controller: "edgegate-pruner".into(), instance: None });
     let pruner = Pruner {
         client,
@@ -346,7 +309,9 @@ fn pruner_with(records: Vec<Value>, copies: Vec<Value>, pace: Duration) -> (Prun
         copies: index,
         selector: CopySelector::default(),
         dry_run: false,
-        pace,
+        pacer: Pacer::new(pace),
+        grace: Mutex::new(Hold::new(grace)),
+        again: None,
         leader,
         metrics: Arc::new(Metrics::new()),
         recorder,
@@ -376,4 +341,63 @@ async fn a_large_withdrawal_is_paced_and_complete() {
     assert!(took >= Duration::from_millis(19 * 20), "paced at 50/s: took {took:?}");
     let deletes = log.lock().expect("log").iter().filter(|s| s.method == "DELETE").count();
     assert_eq!(deletes, 20);
+}
+
+#[tokio::test]
+async fn the_pace_holds_across_passes() {
+    // Two namespaces withdrawn at once: one pass each, one pace for both (it used to start afresh
+    // in every pass, so the first deletion of each namespace went out at once).
+    let pace = Duration::from_millis(200);
+    let records = vec![record("ns-a", &[]), record("ns-b", &[])];
+    let copies = vec![copy("ns-a", "a", &["fd00::a"]), copy("ns-b", "b", &["fd00::b"])];
+    let (pruner, log, _) = pruner_with(records, copies, pace);
+    let started = Instant::now();
+    assert_eq!(pruner.pass(&Scope::Namespace("ns-a".into())).await, [Outcome::Deleted]);
+    assert_eq!(pruner.pass(&Scope::Namespace("ns-b".into())).await, [Outcome::Deleted]);
+    let took = started.elapsed();
+    println!("two single-deletion passes at 5/s took {took:?}");
+    assert!(took >= pace - Duration::from_millis(5), "the second pass waited its turn: {took:?}");
+    assert_eq!(log.lock().expect("log").iter().filter(|s| s.method == "DELETE").count(), 2);
+}
+
+#[tokio::test]
+async fn a_record_that_regains_the_address_between_plan_and_delete_keeps_the_copy() {
+    // The second deletion waits its turn; meanwhile the record names its address again.
+    let copies = vec![copy("ns-a", "web-0", &["fd00::10"]), copy("ns-a", "web-1", &["fd00::11"])];
+    let (pruner, log, store) = pruner_with(vec![record("ns-a", &[])], copies, Duration::from_millis(300));
+    let pass = tokio::spawn(async move { pruner.pass(&Scope::Namespace("ns-a".into())).await });
+    let started = Instant::now();
+    while !log.lock().expect("log").iter().any(|s| s.method == "DELETE") {
+        assert!(started.elapsed() < Duration::from_secs(5), "no first DELETE");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    store.upsert("ns-a", edgegate::Record::from_entries(["fd00::11"]));
+    let outcomes = pass.await.expect("pass");
+    assert_eq!(outcomes, [Outcome::Deleted, Outcome::Skipped], "judged again right before its DELETE");
+    let deletes: Vec<String> =
+        log.lock().expect("log").iter().filter(|s| s.method == "DELETE").map(|s| s.uri.clone()).collect();
+    assert_eq!(deletes.len(), 1, "{deletes:?}");
+    assert!(deletes[0].contains("/web-0"), "{deletes:?}");
+}
+
+#[tokio::test]
+async fn a_copy_is_deleted_only_once_unnamed_for_the_whole_grace() {
+    let grace = Duration::from_millis(400);
+    let copies = vec![copy("ns-a", "web", &["fd00::9"])];
+    let (pruner, log, store) = held_pruner(vec![record("ns-a", &[])], copies, Duration::ZERO, grace);
+    let ns = Scope::Namespace("ns-a".into());
+    let deletes = || log.lock().expect("log").iter().filter(|s| s.method == "DELETE").count();
+    assert!(pruner.pass(&ns).await.is_empty(), "held: the grace has just begun");
+    // The record flaps: it names the address again for a moment, then not.
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    store.upsert("ns-a", edgegate::Record::from_entries(["fd00::9"]));
+    assert!(pruner.pass(&ns).await.is_empty());
+    store.upsert("ns-a", edgegate::Record::from_entries(Vec::<&str>::new()));
+    assert!(pruner.pass(&ns).await.is_empty(), "a new run begins");
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    assert!(pruner.pass(&ns).await.is_empty(), "500 ms since the first, 250 since the flap: still held");
+    assert_eq!(deletes(), 0);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(pruner.pass(&ns).await, [Outcome::Deleted], "unnamed for the whole grace");
+    assert_eq!(deletes(), 1);
 }

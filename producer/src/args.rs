@@ -5,12 +5,12 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Parser;
-use edgegate::runtime::flags::{HubArgs, LeaseArgs, LogFormat, parse_duration};
+use edgegate::runtime::flags::{HubArgs, LeaseArgs, LogFormat, parse_duration, parse_period};
 
 #[derive(Debug, Parser)]
 #[command(
     name = "edgegate-producer",
-    version,
+    version = edgegate::VERSION,
     about = "Writes each project namespace's EdgeReachability on the hub from the addresses its HTTPProxies serve"
 )]
 pub struct Args {
@@ -41,8 +41,15 @@ pub struct Args {
     pub projects_dir: Option<PathBuf>,
 
     /// Re-derive every namespace this often, repairing records edited or deleted by hand.
-    #[arg(long, env = "EDGEGATE_RESYNC", value_parser = parse_duration, default_value = "60s")]
+    #[arg(long, env = "EDGEGATE_RESYNC", value_parser = parse_period, default_value = "60s")]
     pub resync: Duration,
+
+    /// Remove an address from a record only once the answer has lacked it for this long without a
+    /// break, so a project passing through a state nobody meant (a selector edited before the
+    /// interfaces are relabelled) withdraws nothing. Additions are written at once. 0: write
+    /// every answer as it is.
+    #[arg(long, env = "EDGEGATE_WITHDRAW_AFTER", value_parser = parse_duration, default_value = "15s")]
+    pub withdraw_after: Duration,
 
     /// Name of the record in each hub namespace.
     #[arg(long, env = "EDGEGATE_RECORD_NAME", default_value = edgegate::index::store::DEFAULT_RECORD_NAME)]

@@ -15,11 +15,17 @@ pub struct StateLabels {
     pub state: &'static str,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ProjectLabels {
+    pub project: String,
+}
+
 pub struct Metrics {
     registry: Registry,
     projects: Family<StateLabels, Gauge>,
+    project_synced: Family<ProjectLabels, Gauge>,
     writes: Family<ResultLabels, Counter>,
-    addresses: Gauge,
+    addresses: Histogram,
     recompute: Histogram,
     leader: Gauge,
 }
@@ -28,16 +34,18 @@ impl Metrics {
     pub fn new() -> Self {
         let mut registry = Registry::with_prefix("edgegate");
         let projects = registered(&mut registry, "producer_projects", "Engaged projects, by state: synced or unsynced");
+        let project_synced = registered(
+            &mut registry,
+            "producer_project_synced",
+            "1 while every watch of this project is listed whole, 0 while its records are left as they are",
+        );
         let writes: Family<ResultLabels, Counter> = registered(
             &mut registry,
             "producer_writes",
             "Record writes, by result: applied, unchanged, no_hub_namespace, oversized, conflict, error",
         );
-        let addresses = registered(
-            &mut registry,
-            "producer_record_addresses",
-            "Addresses in the last answer written or found unchanged",
-        );
+        let addresses = Histogram::new(exponential_buckets(1.0, 4.0, 8));
+        registry.register("producer_record_addresses", "Addresses in each record written", addresses.clone());
         let recompute = Histogram::new(exponential_buckets(0.000_01, 4.0, 10));
         registry.register(
             "producer_recompute_duration_seconds",
@@ -46,10 +54,10 @@ impl Metrics {
         );
         let leader = registered(&mut registry, "leader", "1 while this replica holds the Lease and may write");
         // Every result from the start, at 0: an alert on increase() sees the first one.
-        for result in ["applied", "unchanged", "no_hub_namespace", "oversized", "conflict", "error"] {
+        for result in crate::producer::Written::COUNTED.map(crate::producer::Written::label) {
             let _ = writes.get_or_create(&ResultLabels { result });
         }
-        Metrics { registry, projects, writes, addresses, recompute, leader }
+        Metrics { registry, projects, project_synced, writes, addresses, recompute, leader }
     }
 
     pub fn write(&self, result: &'static str) {
@@ -60,18 +68,27 @@ impl Metrics {
         self.writes.get_or_create(&ResultLabels { result }).get()
     }
 
+    /// The size of a record written.
     pub fn addresses(&self, count: usize) {
-        self.addresses.set(i64::try_from(count).unwrap_or(i64::MAX));
+        #[allow(clippy::cast_precision_loss)] // a record holds at most 8,192
+        self.addresses.observe(count as f64);
     }
 
     pub fn recompute(&self, took: Duration) {
         self.recompute.observe(took.as_secs_f64());
     }
 
-    pub fn set_state(&self, leader: bool, synced: usize, unsynced: usize) {
+    /// Leadership, and each engaged project's state (`projects`: name and whether it is synced).
+    pub fn set_state(&self, leader: bool, projects: &[(String, bool)]) {
         self.leader.set(i64::from(leader));
+        let synced = projects.iter().filter(|(_, s)| *s).count();
+        let unsynced = projects.len() - synced;
         self.projects.get_or_create(&StateLabels { state: "synced" }).set(i64::try_from(synced).unwrap_or(0));
         self.projects.get_or_create(&StateLabels { state: "unsynced" }).set(i64::try_from(unsynced).unwrap_or(0));
+        self.project_synced.clear();
+        for (project, synced) in projects {
+            self.project_synced.get_or_create(&ProjectLabels { project: project.clone() }).set(i64::from(*synced));
+        }
     }
 
     pub fn encode(&self) -> String {

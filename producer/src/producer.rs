@@ -1,21 +1,24 @@
 //! The writer: for one project namespace, the core's answer compared with the hub's record, and
-//! a server-side apply only when they differ and every "must not" of PRODUCER.md is clear.
+//! a server-side apply only when they differ and nothing forbids it (not leading, a partial view,
+//! no hub namespace, an answer too large, another field manager). Addresses the answer lacks
+//! leave the record only once it has lacked them for `--withdraw-after`.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use edgegate::core::crd::MAX_RECORD_ADDRESSES;
+use edgegate::core::hold::Hold;
 use edgegate::index::hub::HubView;
 use edgegate::index::project::ProjectIndex;
 use edgegate::index::source::kubernetes::Change;
+use edgegate::runtime::lease::Leadership;
 use edgegate::runtime::wakeups::{Wakeup, Wakeups};
-use k8s_openapi::api::core::v1::ObjectReference;
 use kube::api::{Patch, PatchParams};
 use kube::runtime::events::{Event, EventType, Recorder};
 use kube::{Api, Client};
 use serde_json::json;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::metrics::Metrics;
@@ -46,6 +49,16 @@ pub enum Written {
 }
 
 impl Written {
+    /// Every outcome that is counted (a skipped write is not an outcome).
+    pub const COUNTED: [Written; 6] = [
+        Written::Applied,
+        Written::Unchanged,
+        Written::NoHubNamespace,
+        Written::Oversized,
+        Written::Conflict,
+        Written::Error,
+    ];
+
     pub fn label(self) -> &'static str {
         match self {
             Written::Applied => "applied",
@@ -62,12 +75,20 @@ impl Written {
 /// The engaged projects, by name.
 pub type Projects = Arc<RwLock<BTreeMap<String, Arc<ProjectIndex>>>>;
 
+/// An address a record names and the answer lacks: (hub namespace, address).
+type Withdrawal = (String, String);
+
 pub struct Producer {
     pub hub: Client,
     pub view: Arc<HubView>,
     pub projects: Projects,
     pub force_ownership: bool,
-    pub leader: watch::Receiver<bool>,
+    /// Addresses the answer lacks, held in the record until lacked for `--withdraw-after`.
+    pub withdrawals: Mutex<Hold<Withdrawal>>,
+    /// Where a hub namespace is sent to be recomputed once a held address is due to leave.
+    pub again: Option<mpsc::UnboundedSender<Trigger>>,
+    /// Whether this replica may write now.
+    pub leader: Leadership,
     pub metrics: Arc<Metrics>,
     pub recorder: Recorder,
 }
@@ -80,7 +101,7 @@ impl Producer {
 
     /// Derive one project namespace and write its record if, and only if, that is safe and needed.
     pub async fn write(&self, project: &str, index: &ProjectIndex, namespace: &str) -> Written {
-        if !*self.leader.borrow() || !index.synced() || !self.view.synced() {
+        if !self.leader.is_leader() || !index.synced() || !self.view.synced() {
             return Written::Skipped;
         }
         let Some(uid) = index.uid(namespace) else { return Written::Skipped };
@@ -95,7 +116,7 @@ impl Producer {
             .with_record(&hub_ns, |current| (index.changed_answer(namespace, current), current.map(<[String]>::len)));
         self.metrics.recompute(started.elapsed());
         let Some(answer) = changed else {
-            self.metrics.addresses(before.unwrap_or_default());
+            self.hold_withdrawals(&hub_ns, Vec::new());
             return Written::Unchanged;
         };
         for (service, why) in &answer.bad_selectors {
@@ -107,7 +128,10 @@ impl Producer {
                 "NetworkService selector cannot be evaluated; it contributes nothing"
             );
         }
-        let addresses = answer.addresses;
+        let addresses = self.with_held_withdrawals(&hub_ns, answer.addresses);
+        if self.view.with_record(&hub_ns, |current| current == Some(addresses.as_slice())) {
+            return Written::Unchanged; // what changed is only held withdrawals
+        }
         if addresses.len() > MAX_RECORD_ADDRESSES {
             let message = format!(
                 "{project}/{namespace} serves {} addresses, more than the {MAX_RECORD_ADDRESSES} a record holds; the record is left as it is",
@@ -122,6 +146,10 @@ impl Producer {
             );
             self.warn(&hub_ns, "RecordOversized", message).await;
             return Written::Oversized;
+        }
+        // Right before the write: leadership is a deadline that passes on its own.
+        if !self.leader.is_leader() {
+            return Written::Skipped;
         }
         let record = json!({
             "apiVersion": "networking.datumapis.com/v1alpha",
@@ -167,15 +195,53 @@ impl Producer {
         }
     }
 
+    /// The answer plus the addresses the record names that the answer has lacked for less than
+    /// `--withdraw-after`, sorted as the answer is.
+    fn with_held_withdrawals(&self, hub_ns: &str, answer: Vec<String>) -> Vec<String> {
+        let lacking: Vec<String> = self.view.with_record(hub_ns, |current| {
+            let Some(current) = current else { return Vec::new() };
+            let answer: std::collections::HashSet<&str> = answer.iter().map(String::as_str).collect();
+            current.iter().filter(|a| !answer.contains(a.as_str())).cloned().collect()
+        });
+        let held = self.hold_withdrawals(hub_ns, lacking);
+        if held.is_empty() {
+            return answer;
+        }
+        let mut addresses = answer;
+        addresses.extend(held);
+        addresses.sort_unstable();
+        addresses.dedup();
+        addresses
+    }
+
+    /// Observe which of the record's addresses the answer lacks now; returns those still held.
+    /// Each newly lacked address sends the namespace round again when it becomes due.
+    fn hold_withdrawals(&self, hub_ns: &str, lacking: Vec<String>) -> Vec<String> {
+        let observed = {
+            let mut hold = self.withdrawals.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            if lacking.is_empty() && hold.is_empty() {
+                return Vec::new();
+            }
+            hold.observe(Instant::now(), lacking.into_iter().map(|a| (hub_ns.to_owned(), a)), |(ns, _)| ns == hub_ns)
+        };
+        if let (Some(again), Some(due_at)) = (&self.again, observed.started.iter().map(|(_, at)| *at).max()) {
+            let (again, hub_ns) = (again.clone(), hub_ns.to_owned());
+            tracing::info!(
+                hub_namespace = hub_ns,
+                addresses = observed.started.len(),
+                "answer lacks addresses; they leave the record once --withdraw-after has passed"
+            );
+            tokio::spawn(async move {
+                tokio::time::sleep_until(due_at.into()).await;
+                let _ = again.send(Trigger::Hub(Change::Namespace(hub_ns)));
+            });
+        }
+        observed.held.into_iter().map(|(_, a)| a).collect()
+    }
+
     /// A Warning Event on the namespace's record.
     async fn warn(&self, hub_ns: &str, reason: &str, note: String) {
-        let record = ObjectReference {
-            api_version: Some("networking.datumapis.com/v1alpha".into()),
-            kind: Some("EdgeReachability".into()),
-            namespace: Some(hub_ns.to_owned()),
-            name: Some(self.view.record_name().to_owned()),
-            ..ObjectReference::default()
-        };
+        let record = edgegate::EdgeReachability::reference(hub_ns, self.view.record_name());
         let event = Event {
             type_: EventType::Warning,
             reason: reason.into(),
@@ -233,15 +299,14 @@ impl Producer {
     }
 
     pub fn set_state(&self) {
-        let projects = self.projects();
-        let synced = projects.iter().filter(|(_, p)| p.synced()).count();
-        self.metrics.set_state(*self.leader.borrow(), synced, projects.len() - synced);
+        let projects: Vec<(String, bool)> = self.projects().into_iter().map(|(n, p)| (n, p.synced())).collect();
+        self.metrics.set_state(self.leader.is_leader(), &projects);
     }
 
     /// Passes until `shutdown`: one per batch of triggers, one over everything on each resync
     /// tick and whenever this replica becomes leader.
     pub async fn run(self, triggers: mpsc::UnboundedReceiver<Trigger>, resync: Duration, shutdown: CancellationToken) {
-        let mut wakeups = Wakeups::new(triggers, resync, self.leader.clone());
+        let mut wakeups = Wakeups::new(triggers, resync, self.leader.changes());
         while let Some(wakeup) = wakeups.next(&shutdown).await {
             let first = match wakeup {
                 Wakeup::Change(trigger) => trigger,

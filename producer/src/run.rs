@@ -7,18 +7,19 @@ use std::sync::{Arc, Mutex};
 
 use edgegate::EdgeReachability;
 use edgegate::Slice;
+use edgegate::core::hold::Hold;
 use edgegate::core::project::{HttpProxy, NamespaceMeta, NetworkInterface, NetworkService};
 use edgegate::index::hub::{HubView, HubWriter};
 use edgegate::index::project::{KindWriter, ProjectIndex};
 use edgegate::index::source::follow::{WatchSink, Whole, follow};
 use edgegate::index::source::kubernetes::Change;
 use edgegate::runtime::admin::Probes;
-use edgegate::runtime::lease::elect;
+use edgegate::runtime::lease::{Leadership, elect};
 use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::watcher;
 use kube::{Api, Client};
 use serde::de::DeserializeOwned;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
@@ -35,7 +36,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let (triggers_tx, triggers) = mpsc::unbounded_channel();
     let view = Arc::new(HubView::new(args.record_name.clone()));
     start_hub_watches(&hub, &view, &triggers_tx);
-    let engaged = Engaged::new(triggers_tx);
+    let engaged = Engaged::new(triggers_tx.clone());
     match (&args.project_kubeconfig, &args.projects_dir) {
         (Some(file), _) => {
             let name = args.project_name.clone().unwrap_or_else(|| stem(file));
@@ -48,7 +49,8 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         }
         (None, None) => anyhow::bail!("give --project-kubeconfig or --projects-dir"),
     }
-    let leader = elect(&hub, &lease).await?;
+    let election_stop = CancellationToken::new();
+    let (leader, election) = elect(&hub, &lease, election_stop.clone());
     let metrics = Arc::new(Metrics::new());
     let recorder = Recorder::new(
         hub.clone(),
@@ -59,6 +61,8 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         view: Arc::clone(&view),
         projects: Arc::clone(&engaged.projects),
         force_ownership: args.force_ownership,
+        withdrawals: Mutex::new(Hold::new(args.withdraw_after)),
+        again: Some(triggers_tx),
         leader,
         metrics: Arc::clone(&metrics),
         recorder,
@@ -72,7 +76,11 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         edgegate::runtime::process::shutdown_signal().await;
         on_signal.cancel();
     });
+    tracing::info!(withdraw_after = ?args.withdraw_after, "producing");
     producer.run(triggers, args.resync, shutdown).await;
+    // The last write has ended: hand the Lease over now rather than let it expire.
+    election_stop.cancel();
+    let _ = election.await;
     tracing::info!("stopped");
     Ok(())
 }
@@ -220,25 +228,22 @@ struct Admin {
     view: Arc<HubView>,
     engaged: Engaged,
     metrics: Arc<Metrics>,
-    leader: watch::Receiver<bool>,
+    leader: Leadership,
 }
 
 impl Probes for Admin {
+    /// Ready once the hub side works. A project that cannot be listed does not hold the replica
+    /// unready (that would stall every rollout for one bad kubeconfig): its records are left as
+    /// they are, and it shows in `edgegate_producer_project_synced{project}` and its alert.
     fn ready(&self) -> Result<(), String> {
-        if !self.view.synced() {
-            return Err("hub namespaces and records not listed yet".into());
-        }
-        let projects = self.engaged.projects.read().unwrap_or_else(std::sync::PoisonError::into_inner);
-        match projects.iter().find(|(_, p)| !p.ever_synced()) {
-            Some((name, _)) => Err(format!("project {name} not listed yet")),
-            None => Ok(()),
-        }
+        if self.view.synced() { Ok(()) } else { Err("hub namespaces and records not listed yet".into()) }
     }
 
     fn metrics(&self) -> String {
         let projects = self.engaged.projects.read().unwrap_or_else(std::sync::PoisonError::into_inner);
-        let synced = projects.values().filter(|p| p.synced()).count();
-        self.metrics.set_state(*self.leader.borrow(), synced, projects.len() - synced);
+        let states: Vec<(String, bool)> = projects.iter().map(|(n, p)| (n.clone(), p.synced())).collect();
+        drop(projects);
+        self.metrics.set_state(self.leader.is_leader(), &states);
         self.metrics.encode()
     }
 }

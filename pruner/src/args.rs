@@ -5,12 +5,12 @@ use std::time::Duration;
 
 use clap::Parser;
 use edgegate::CopySelector;
-use edgegate::runtime::flags::{HubArgs, LeaseArgs, LogFormat, parse_duration};
+use edgegate::runtime::flags::{HubArgs, LeaseArgs, LogFormat, parse_duration, parse_period};
 
 #[derive(Debug, Parser)]
 #[command(
     name = "edgegate-pruner",
-    version,
+    version = edgegate::VERSION,
     about = "Deletes EndpointSlice copies on the hub whose namespace's EdgeReachability names none of their addresses"
 )]
 pub struct Args {
@@ -21,9 +21,15 @@ pub struct Args {
     #[command(flatten)]
     pub hub: HubArgs,
 
-    /// Re-check every namespace this often, besides the pass each record change triggers.
-    #[arg(long, env = "EDGEGATE_RESYNC", value_parser = parse_duration, default_value = "60s")]
+    /// Re-check every namespace this often, besides the pass each record or copy change triggers.
+    #[arg(long, env = "EDGEGATE_RESYNC", value_parser = parse_period, default_value = "60s")]
     pub resync: Duration,
+
+    /// Delete a copy only once its record has named none of its addresses for this long without a
+    /// break (judged again right before the DELETE), so a record that flaps withdraws nothing.
+    /// 0: delete as soon as a pass finds it.
+    #[arg(long, env = "EDGEGATE_GRACE", value_parser = parse_duration, default_value = "30s")]
+    pub grace: Duration,
 
     /// Log and count what would be deleted; delete nothing.
     #[arg(long, env = "EDGEGATE_DRY_RUN")]

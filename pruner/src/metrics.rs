@@ -9,6 +9,9 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
+/// The `result` of copies a pass found unnamed but already being deleted: left alone, counted.
+pub const TERMINATING: &str = "terminating";
+
 pub struct Metrics {
     registry: Registry,
     deletions: Family<ResultLabels, Counter>,
@@ -33,7 +36,8 @@ impl Metrics {
             registered(&mut registry, "prune_caches_synced", "1 while both the record and the copy caches are whole");
         let copies = registered(&mut registry, "prune_copies", "Copies in the cache");
         // Every result from the start, at 0: an alert on rate() or increase() sees the first one.
-        for result in ["deleted", "gone", "changed", "dry_run", "skipped", "error", "terminating"] {
+        let results = crate::pruner::Outcome::ALL.map(crate::pruner::Outcome::label);
+        for result in results.into_iter().chain([TERMINATING]) {
             let _ = deletions.get_or_create(&ResultLabels { result });
         }
         Metrics { registry, deletions, pass_duration, leader, synced, copies }

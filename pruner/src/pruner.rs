@@ -1,21 +1,25 @@
-//! The controller: on each record change a pass over that namespace, on each resync a pass over
-//! every namespace with a record; each pass plans with the core and deletes what it planned,
-//! paced, with preconditions, and only while this replica leads and both caches are whole.
+//! The controller: on each change of a record or a copy a pass over that namespace, on each
+//! resync a pass over every namespace with a record; each pass plans with the core, holds each
+//! planned deletion until its copy has been unnamed for the grace, and deletes what is due, paced
+//! for the whole process, with preconditions, and only while this replica leads and both caches
+//! are whole.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use edgegate::core::hold::Hold;
 use edgegate::core::plan::{Deletion, Scope, deletion};
 use edgegate::index::copies::CopyIndex;
 use edgegate::index::prune::plan;
 use edgegate::index::source::kubernetes::Change;
+use edgegate::runtime::lease::Leadership;
 use edgegate::runtime::wakeups::{Wakeup, Wakeups};
-use edgegate::{CopySelector, RecordSource, RecordStore, Slice};
+use edgegate::{CopySelector, EdgeReachability, RecordSource, RecordStore, Slice};
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::api::{DeleteParams, Preconditions};
 use kube::runtime::events::{Event, EventType, Recorder};
 use kube::{Api, Client};
-use tokio::sync::{mpsc, watch};
+use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::metrics::Metrics;
@@ -23,14 +27,22 @@ use crate::metrics::Metrics;
 /// Deletions (each a DELETE and its Event) a pass has in flight at once.
 const IN_FLIGHT: usize = 8;
 
-/// Hands out start times for deletions, at least `pace` apart.
-struct Pacer {
+/// Hands out start times for deletions, at least `pace` apart, across every pass of the process:
+/// a withdrawal spread over many namespaces (each its own pass) is paced as one.
+#[derive(Debug)]
+pub struct Pacer {
     pace: Duration,
     next: std::sync::Mutex<Option<Instant>>,
 }
 
 impl Pacer {
-    fn new(pace: Duration) -> Self {
+    /// At most `per_second` turns a second; 0 or less: no pacing.
+    pub fn per_second(per_second: f64) -> Self {
+        let pace = if per_second > 0.0 { Duration::from_secs_f64(1.0 / per_second) } else { Duration::ZERO };
+        Pacer::new(pace)
+    }
+
+    pub fn new(pace: Duration) -> Self {
         Pacer { pace, next: std::sync::Mutex::new(None) }
     }
 
@@ -50,6 +62,9 @@ impl Pacer {
     }
 }
 
+/// A held deletion: the copy by namespace, name and uid (a copy re-created is a new one).
+type CopyKey = (String, String, Option<String>);
+
 /// Everything a pass needs.
 pub struct Pruner {
     pub client: Client,
@@ -57,10 +72,14 @@ pub struct Pruner {
     pub copies: Arc<CopyIndex>,
     pub selector: CopySelector,
     pub dry_run: bool,
-    /// Least time between two deletions; zero for none.
-    pub pace: Duration,
-    /// True while this replica holds the Lease.
-    pub leader: watch::Receiver<bool>,
+    /// Paces deletions, `--max-deletes-per-second`.
+    pub pacer: Pacer,
+    /// How long a copy must have been unnamed, without a break, before it is deleted (`--grace`).
+    pub grace: Mutex<Hold<CopyKey>>,
+    /// Where a namespace is sent to be passed over again, once a held copy becomes due.
+    pub again: Option<mpsc::UnboundedSender<Change>>,
+    /// Whether this replica may delete now.
+    pub leader: Leadership,
     pub metrics: Arc<Metrics>,
     pub recorder: Recorder,
 }
@@ -80,7 +99,11 @@ pub enum Outcome {
 }
 
 impl Outcome {
-    fn label(self) -> &'static str {
+    /// Every outcome of a DELETE the pruner decided on.
+    pub const ALL: [Outcome; 6] =
+        [Outcome::Deleted, Outcome::Gone, Outcome::Changed, Outcome::DryRun, Outcome::Skipped, Outcome::Error];
+
+    pub fn label(self) -> &'static str {
         match self {
             Outcome::Deleted => "deleted",
             Outcome::Gone => "gone",
@@ -93,12 +116,15 @@ impl Outcome {
 }
 
 impl Pruner {
-    /// May this replica delete now?
+    /// May this replica delete now? Asked again right before each DELETE: leadership is a
+    /// deadline that passes on its own when renewals stop.
     fn may_delete(&self) -> bool {
-        *self.leader.borrow() && self.records.synced() && self.copies.synced()
+        self.leader.is_leader() && self.records.synced() && self.copies.synced()
     }
 
-    /// One pass over `scope`. Returns how each planned deletion ended, in plan order.
+    /// One pass over `scope`. Returns how each deletion that was due ended, in plan order; a
+    /// planned deletion still inside its grace is held (not in the result) and its namespace is
+    /// passed over again when the grace ends.
     ///
     /// Deletions start at the pace (`--max-deletes-per-second`) and up to [`IN_FLIGHT`] run at
     /// once, so the rate a pass reaches is the pace, not one API round trip (delete and event)
@@ -106,19 +132,21 @@ impl Pruner {
     pub async fn pass(&self, scope: &Scope) -> Vec<Outcome> {
         use futures::StreamExt;
         let started = Instant::now();
-        self.metrics.set_state(*self.leader.borrow(), self.records.synced() && self.copies.synced(), self.copies.len());
+        self.metrics.set_state(
+            self.leader.is_leader(),
+            self.records.synced() && self.copies.synced(),
+            self.copies.len(),
+        );
         if !self.may_delete() {
             tracing::debug!(?scope, "pass skipped: not leading, or caches not whole");
             return Vec::new();
         }
         let planned = plan(self.records.as_ref(), &self.copies, &self.selector, scope);
-        self.metrics.deletions_by("terminating", planned.terminating as u64);
-        let planned = planned.deletions;
-        let pacer = Pacer::new(self.pace);
-        let pacer = &pacer;
-        let outcomes = futures::stream::iter(planned)
+        self.metrics.deletions_by(crate::metrics::TERMINATING, planned.terminating as u64);
+        let due = self.due(scope, planned.deletions);
+        let outcomes = futures::stream::iter(due)
             .map(|planned| async move {
-                let outcome = self.carry_out(&planned, pacer).await;
+                let outcome = self.carry_out(&planned).await;
                 self.metrics.deletion(outcome.label());
                 outcome
             })
@@ -127,6 +155,39 @@ impl Pruner {
             .await;
         self.metrics.pass(started.elapsed());
         outcomes
+    }
+
+    /// The planned deletions whose copies have been unnamed for the whole grace. Copies in scope
+    /// that are not planned any more (named again, gone, record deleted) end their runs; each
+    /// newly held namespace is passed over again when its grace ends.
+    fn due(&self, scope: &Scope, planned: Vec<Deletion>) -> Vec<Deletion> {
+        let key = |d: &Deletion| (d.namespace.clone(), d.name.clone(), d.uid.clone());
+        let in_scope = |k: &CopyKey| match scope {
+            Scope::Namespace(ns) => k.0 == *ns,
+            Scope::All => true,
+        };
+        let observed = {
+            let mut grace = self.grace.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            grace.observe(Instant::now(), planned.iter().map(key), in_scope)
+        };
+        if !observed.held.is_empty() {
+            tracing::debug!(held = observed.held.len(), "copies unnamed, inside their grace");
+        }
+        let mut woken = std::collections::HashSet::new();
+        for ((ns, name, _), due_at) in observed.started {
+            tracing::info!(namespace = %ns, name = %name, "record names none of the copy's addresses; deleting it once the grace ends");
+            if let Some(again) = &self.again
+                && woken.insert(ns.clone())
+            {
+                let again = again.clone();
+                tokio::spawn(async move {
+                    tokio::time::sleep_until(due_at.into()).await;
+                    let _ = again.send(Change::Namespace(ns));
+                });
+            }
+        }
+        let due: std::collections::HashSet<CopyKey> = observed.due.into_iter().collect();
+        planned.into_iter().filter(|d| due.contains(&key(d))).collect()
     }
 
     /// The planned deletion as it stands now, if it still stands: the lease, the caches and the
@@ -146,14 +207,14 @@ impl Pruner {
 
     /// Judge the copy again as it is now, wait for its turn, judge once more, then delete it
     /// with preconditions.
-    async fn carry_out(&self, planned: &Deletion, pacer: &Pacer) -> Outcome {
+    async fn carry_out(&self, planned: &Deletion) -> Outcome {
         let Some(now) = self.judge_again(planned) else { return Outcome::Skipped };
         if self.dry_run {
             let (ns, name, addresses) = (&now.namespace, &now.name, &now.addresses);
             tracing::info!(namespace = %ns, name = %name, ?addresses, "dry run: would delete copy the record no longer names");
             return Outcome::DryRun;
         }
-        pacer.turn().await;
+        self.pacer.turn().await;
         // The turn may have been a long wait.
         let Some(now) = self.judge_again(&now) else { return Outcome::Skipped };
         let (ns, name, addresses) = (&now.namespace, &now.name, &now.addresses);
@@ -165,6 +226,12 @@ impl Pruner {
         match api.delete(name, &params).await {
             Ok(_) => {
                 tracing::info!(namespace = %ns, name = %name, ?addresses, "deleted copy: its record names none of its addresses");
+                // Gone from the index now, not when the watch says so: a pass planned before
+                // then must not delete it again. A finalizer keeps it; the watch brings it back
+                // as terminating.
+                self.copies.forget(ns, name);
+                let key = (ns.clone(), name.clone(), now.uid.clone());
+                self.grace.lock().unwrap_or_else(std::sync::PoisonError::into_inner).forget(&key);
                 self.record_event(&now).await;
                 Outcome::Deleted
             }
@@ -182,13 +249,7 @@ impl Pruner {
 
     /// A Kubernetes Event on the record, naming the copy deleted.
     async fn record_event(&self, deleted: &Deletion) {
-        let record = ObjectReference {
-            api_version: Some("networking.datumapis.com/v1alpha".into()),
-            kind: Some("EdgeReachability".into()),
-            namespace: Some(deleted.namespace.clone()),
-            name: Some(self.records.record_name().to_owned()),
-            ..ObjectReference::default()
-        };
+        let record = EdgeReachability::reference(&deleted.namespace, self.records.record_name());
         let copy = ObjectReference {
             api_version: Some("discovery.k8s.io/v1".into()),
             kind: Some("EndpointSlice".into()),
@@ -213,10 +274,10 @@ impl Pruner {
         }
     }
 
-    /// Passes until `shutdown`: one per record change, one over everything on each resync tick
-    /// and whenever this replica becomes leader.
+    /// Passes until `shutdown`: one per change of a record or a copy, one over everything on
+    /// each resync tick and whenever this replica becomes leader.
     pub async fn run(self, changes: mpsc::UnboundedReceiver<Change>, resync: Duration, shutdown: CancellationToken) {
-        let mut wakeups = Wakeups::new(changes, resync, self.leader.clone());
+        let mut wakeups = Wakeups::new(changes, resync, self.leader.changes());
         while let Some(wakeup) = wakeups.next(&shutdown).await {
             let scope = match wakeup {
                 Wakeup::Change(Change::Namespace(ns)) => Scope::Namespace(ns),

@@ -1,23 +1,23 @@
 //! Wiring: the hub client, the two watches, the Lease, the admin listener, signals.
 
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
 
+use edgegate::core::hold::Hold;
 use edgegate::index::copies::{CopyIndex, CopyWriter};
 use edgegate::index::source::follow::follow;
 use edgegate::index::source::kubernetes::{OnWatchError, StoreWriter};
 use edgegate::runtime::admin::Probes;
-use edgegate::runtime::lease::elect;
+use edgegate::runtime::lease::{Leadership, elect};
 use edgegate::{EdgeReachability, RecordSource, RecordStore, Slice};
 use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::watcher;
 use kube::{Api, Client};
-use tokio::sync::{mpsc, watch};
+use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::args::Args;
 use crate::metrics::Metrics;
-use crate::pruner::Pruner;
+use crate::pruner::{Pacer, Pruner};
 
 pub async fn run(args: Args) -> anyhow::Result<()> {
     let _ = rustls::crypto::ring::default_provider().install_default();
@@ -28,8 +28,9 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let (changes_tx, changes) = mpsc::unbounded_channel();
     let records = Arc::new(RecordStore::new(args.record_name.clone()));
     let copies = Arc::new(CopyIndex::default());
-    start_watches(&client, &args.copy_selector, &records, &copies, changes_tx);
-    let leader = elect(&client, &lease).await?;
+    start_watches(&client, &args.copy_selector, &records, &copies, changes_tx.clone());
+    let election_stop = CancellationToken::new();
+    let (leader, election) = elect(&client, &lease, election_stop.clone());
     let metrics = Arc::new(Metrics::new());
     let admin = Admin {
         records: Arc::clone(&records),
@@ -45,11 +46,6 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         edgegate::runtime::process::shutdown_signal().await;
         on_signal.cancel();
     });
-    let pace = if args.max_deletes_per_second > 0.0 {
-        Duration::from_secs_f64(1.0 / args.max_deletes_per_second)
-    } else {
-        Duration::ZERO
-    };
     let recorder =
         Recorder::new(client.clone(), Reporter { controller: "edgegate-pruner".into(), instance: Some(identity) });
     let pruner = Pruner {
@@ -58,12 +54,18 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         copies,
         selector: args.copy_selector,
         dry_run: args.dry_run,
-        pace,
+        pacer: Pacer::per_second(args.max_deletes_per_second),
+        grace: Mutex::new(Hold::new(args.grace)),
+        again: Some(changes_tx),
         leader,
         metrics,
         recorder,
     };
+    tracing::info!(grace = ?args.grace, max_deletes_per_second = args.max_deletes_per_second, "pruning");
     pruner.run(changes, args.resync, shutdown).await;
+    // The last pass has ended: hand the Lease over now rather than let it expire.
+    election_stop.cancel();
+    let _ = election.await;
     tracing::info!("stopped");
     Ok(())
 }
@@ -93,7 +95,7 @@ struct Admin {
     records: Arc<RecordStore>,
     copies: Arc<CopyIndex>,
     metrics: Arc<Metrics>,
-    leader: watch::Receiver<bool>,
+    leader: Leadership,
 }
 
 impl Probes for Admin {
@@ -103,7 +105,7 @@ impl Probes for Admin {
 
     fn metrics(&self) -> String {
         let synced = self.records.synced() && self.copies.synced();
-        self.metrics.set_state(*self.leader.borrow(), synced, self.copies.len());
+        self.metrics.set_state(self.leader.is_leader(), synced, self.copies.len());
         self.metrics.encode()
     }
 }

@@ -60,6 +60,18 @@ impl EdgeReachability {
     pub fn entries(&self) -> &[String] {
         self.spec.addresses.as_deref().unwrap_or_default()
     }
+
+    /// A reference to the record `name` in `namespace`: what the pruner's and the producer's
+    /// Events are about.
+    pub fn reference(namespace: &str, name: &str) -> k8s_openapi::api::core::v1::ObjectReference {
+        k8s_openapi::api::core::v1::ObjectReference {
+            api_version: Some(api_version()),
+            kind: Some(kind()),
+            namespace: Some(namespace.to_owned()),
+            name: Some(name.to_owned()),
+            ..Default::default()
+        }
+    }
 }
 
 static_resource!(EdgeReachability, NamespaceResourceScope, GROUP, VERSION, KIND, PLURAL);

@@ -24,9 +24,6 @@ pub enum Allowed<'a> {
     NoRecord,
     /// The record names at least this address of the copy.
     Named(&'a str),
-    /// An UPDATE of a copy being deleted: refusing it (say, the one removing its last finalizer)
-    /// would keep the copy published for ever.
-    Terminating,
     /// An UPDATE of what already was a copy that carries no address the old object did not: it
     /// publishes nothing new, and refusing it would withdraw nothing.
     NothingNew,
@@ -108,10 +105,12 @@ pub fn decide<'a>(state: &'a RecordState, slice: &'a Slice, selector: &CopySelec
     Decision::Deny(Denial { namespace: slice.namespace(), name: slice.name(), addresses: unique(slice.addresses()) })
 }
 
-/// Decide an UPDATE from `old` (the object as stored) to `slice`. Allowed when the new object is
-/// being deleted, or when the old one already was a copy and the new one carries no address the
-/// old one did not (compared after normalisation); otherwise judged whole, like a CREATE, so a
-/// slice that becomes a copy by gaining the label is judged on all its addresses.
+/// Decide an UPDATE from `old` (the object as stored) to `slice`. Allowed when the old one already
+/// was a copy and the new one carries no address the old one did not (compared after
+/// normalisation): that covers a finalizer leaving a terminating copy, which must never be
+/// refused or the copy stays published for good. Otherwise judged whole, like a CREATE, so a
+/// slice that becomes a copy by gaining the label, or a terminating copy that gains an address
+/// (federation carries it until the finalizer leaves), is judged on all its addresses.
 pub fn decide_update<'a>(
     state: &'a RecordState,
     old: &Slice,
@@ -120,9 +119,6 @@ pub fn decide_update<'a>(
 ) -> Decision<'a> {
     if !is_copy(slice, selector) {
         return Decision::Allow(Allowed::NotACopy);
-    }
-    if slice.metadata.deletion_timestamp.is_some() {
-        return Decision::Allow(Allowed::Terminating);
     }
     if is_copy(old, selector) && adds_no_address(old, slice) {
         return Decision::Allow(Allowed::NothingNew);
@@ -175,7 +171,7 @@ mod tests {
         RecordState::Unavailable("record source not synced".into())
     }
 
-    /// The decision table of DESIGN.md, row by row.
+    /// The decision table, row by row.
     #[test]
     fn decision_table() {
         let sel = CopySelector::default();
@@ -211,7 +207,7 @@ mod tests {
         }
     }
 
-    /// UPDATEs: refused only when they add something to carry (DESIGN.md, issue #16).
+    /// UPDATEs: refused only when they add something to carry.
     #[test]
     fn update_table() {
         let sel = CopySelector::default();
@@ -230,6 +226,7 @@ mod tests {
         let copy_1 = copy("proj-a", "web", &["fd00:10::1"]);
         let copy_9_1 = copy("proj-a", "web", &["fd00:10::9", "fd00:10::1"]);
         let leaving = terminating(copy_9.clone());
+        let leaving_9_a = terminating(copy_9_a.clone());
         let unreadable = unavailable();
         let deny =
             |s: &'static str| move |d: &Decision| matches!(d, Decision::Deny(denial) if denial.addresses.contains(&s));
@@ -241,14 +238,21 @@ mod tests {
                 &unnamed,
                 &copy_9,
                 &leaving,
-                Box::new(allowed(Allowed::Terminating)),
+                Box::new(allowed(Allowed::NothingNew)),
             ),
             (
                 "terminating copy, no record",
                 &RecordState::Absent,
                 &copy_9,
                 &leaving,
-                Box::new(allowed(Allowed::Terminating)),
+                Box::new(allowed(Allowed::NothingNew)),
+            ),
+            (
+                "terminating copy gains an unnamed address",
+                &unnamed,
+                &leaving,
+                &leaving_9_a,
+                Box::new(deny("fd00:10::a")),
             ),
             (
                 "metadata-only update of an unnamed copy",

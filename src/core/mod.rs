@@ -38,6 +38,7 @@ pub mod crd;
 pub mod decision;
 #[doc(hidden)]
 pub mod fixtures;
+pub mod hold;
 pub mod plan;
 pub mod project;
 pub mod reachability;

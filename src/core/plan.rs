@@ -97,7 +97,7 @@ mod tests {
         plan.deletions.iter().map(|d| d.name.as_str()).collect()
     }
 
-    /// The plan table of the pruner issue, row by row.
+    /// The plan table, row by row.
     #[test]
     fn plan_table() {
         let sel = CopySelector::default();

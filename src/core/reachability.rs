@@ -1,5 +1,5 @@
 //! The answer for one project namespace: which workload addresses something serves through an
-//! HTTPProxy, exactly as upstream's `EdgeReachabilityReconciler` computes it (PRODUCER.md):
+//! HTTPProxy, exactly as upstream's `EdgeReachabilityReconciler` computes it (docs/producer.md):
 //!
 //! - every HTTPProxy not being deleted, every `spec.rules[].backends[]`:
 //!   - `networkService` → that NetworkService → its `spec.networkInterfaces.selector` → the
@@ -271,7 +271,7 @@ mod tests {
         reachable(&ns)
     }
 
-    /// PRODUCER.md's answer, row by row.
+    /// The answer's rules, row by row.
     #[test]
     fn answer_table() {
         let web = json!([{"networkService": {"name": "web", "port": 80}}]);

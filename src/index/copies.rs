@@ -44,6 +44,11 @@ impl CopyIndex {
         self.len() == 0
     }
 
+    /// Drop one copy before the watch says it is gone (the pruner, once its DELETE succeeded).
+    pub fn forget(&self, namespace: &str, name: &str) {
+        remove(&mut self.write(), namespace, name);
+    }
+
     fn read(&self) -> std::sync::RwLockReadGuard<'_, ByNamespace> {
         self.copies.read().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
@@ -57,24 +62,36 @@ impl CopyIndex {
     }
 }
 
+fn remove(map: &mut ByNamespace, namespace: &str, name: &str) {
+    if let Some(copies) = map.get_mut(namespace) {
+        copies.remove(name);
+        if copies.is_empty() {
+            map.remove(namespace);
+        }
+    }
+}
+
 /// Applies a watch of copies to a [`CopyIndex`]. Any watch error makes the index unsynced until
 /// it is listed again: the pruner never deletes on a view of copies that may be stale.
 #[derive(Debug)]
 pub struct CopyWriter {
     index: Arc<CopyIndex>,
     relisting: Option<ByNamespace>,
-    /// Told when a (re-)list completes, so a full pass follows at once.
-    listed: Option<tokio::sync::mpsc::UnboundedSender<Change>>,
+    /// Told of each copy created or changed (its namespace), and when a (re-)list completes (all),
+    /// so a pass follows at once: a copy that slipped past the webhook (warn mode, failurePolicy
+    /// Ignore, a bypass) is judged now, not at the next resync.
+    changes: Option<tokio::sync::mpsc::UnboundedSender<Change>>,
 }
 
 impl CopyWriter {
     pub fn new(index: Arc<CopyIndex>) -> Self {
-        CopyWriter { index, relisting: None, listed: None }
+        CopyWriter { index, relisting: None, changes: None }
     }
 
-    /// Send [`Change::All`] on `listed` after every complete (re-)list.
-    pub fn with_changes(mut self, listed: tokio::sync::mpsc::UnboundedSender<Change>) -> Self {
-        self.listed = Some(listed);
+    /// Send [`Change::Namespace`] for every copy created or changed, and [`Change::All`] after
+    /// every complete (re-)list.
+    pub fn with_changes(mut self, changes: tokio::sync::mpsc::UnboundedSender<Change>) -> Self {
+        self.changes = Some(changes);
         self
     }
 }
@@ -95,24 +112,22 @@ impl WatchSink<Slice> for CopyWriter {
             *self.index.write() = map;
             self.index.synced.store(true, Ordering::Release);
             tracing::info!(copies = self.index.len(), "copies listed from the hub");
-            if let Some(tx) = &self.listed {
+            if let Some(tx) = &self.changes {
                 let _ = tx.send(Change::All);
             }
         }
     }
 
     fn applied(&mut self, slice: Slice) {
+        let namespace = slice.namespace().to_owned();
         CopyIndex::insert(&mut self.index.write(), slice);
+        if let Some(tx) = &self.changes {
+            let _ = tx.send(Change::Namespace(namespace));
+        }
     }
 
     fn deleted(&mut self, slice: Slice) {
-        let mut map = self.index.write();
-        if let Some(copies) = map.get_mut(slice.namespace()) {
-            copies.remove(slice.name());
-            if copies.is_empty() {
-                map.remove(slice.namespace());
-            }
-        }
+        remove(&mut self.index.write(), slice.namespace(), slice.name());
     }
 
     fn failed(&mut self, error: &watcher::Error) {
@@ -140,6 +155,8 @@ mod tests {
         writer.applied(copy("a", "s3", &["fd00::3"]));
         writer.deleted(copy("b", "s2", &[]));
         assert_eq!(index.in_namespace("a").len(), 2);
+        index.forget("a", "s3");
+        assert_eq!(index.in_namespace("a").len(), 1);
         assert!(index.in_namespace("b").is_empty());
         writer.failed(&watcher::Error::NoResourceVersion);
         assert!(!index.synced());

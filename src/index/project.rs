@@ -25,23 +25,12 @@ pub struct ProjectIndex {
     /// Project namespace name → its `metadata.uid`, which names the hub namespace.
     uids: RwLock<BTreeMap<String, String>>,
     synced: [AtomicBool; KINDS],
-    /// Set once every watch has listed whole: readiness waits for this, not for every later blip.
-    ever_synced: AtomicBool,
 }
 
 impl ProjectIndex {
     /// Every watch listed whole and followed without an error since.
     pub fn synced(&self) -> bool {
-        let synced = self.synced.iter().all(|s| s.load(Ordering::Acquire));
-        if synced {
-            self.ever_synced.store(true, Ordering::Release);
-        }
-        synced
-    }
-
-    /// Has every watch listed whole at least once?
-    pub fn ever_synced(&self) -> bool {
-        self.ever_synced.load(Ordering::Acquire) || self.synced()
+        self.synced.iter().all(|s| s.load(Ordering::Acquire))
     }
 
     /// The answer for one namespace: empty when it holds none of the kinds.

@@ -1,4 +1,5 @@
-//! The plain-HTTP admin listener of the controllers: `/healthz`, `/readyz`, `/metrics`.
+//! `/healthz`, `/readyz` and `/metrics`, the same for every binary: the controllers serve them on
+//! a plain-HTTP admin listener, the webhook on its TLS listener too.
 
 use std::sync::Arc;
 
@@ -17,13 +18,21 @@ pub trait Probes: Send + Sync + 'static {
     fn metrics(&self) -> String;
 }
 
-/// Serve `probes` on `listener` until `shutdown`.
-pub fn serve(listener: tokio::net::TcpListener, probes: Arc<dyn Probes>, shutdown: CancellationToken) {
-    let app = Router::new()
+/// The content type of `/metrics`: prometheus-client writes OpenMetrics text (it ends in `# EOF`).
+pub const METRICS_CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// The three routes, answered by `probes`.
+pub fn router(probes: Arc<dyn Probes>) -> Router {
+    Router::new()
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
-        .with_state(probes);
+        .with_state(probes)
+}
+
+/// Serve `probes` on `listener` until `shutdown`.
+pub fn serve(listener: tokio::net::TcpListener, probes: Arc<dyn Probes>, shutdown: CancellationToken) {
+    let app = router(probes);
     tokio::spawn(async move {
         if let Err(e) = axum::serve(listener, app).with_graceful_shutdown(shutdown.cancelled_owned()).await {
             tracing::error!(error = %e, "admin listener failed");
@@ -39,5 +48,5 @@ async fn readyz(State(p): State<Arc<dyn Probes>>) -> impl IntoResponse {
 }
 
 async fn metrics(State(p): State<Arc<dyn Probes>>) -> impl IntoResponse {
-    ([(axum::http::header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], p.metrics())
+    ([(axum::http::header::CONTENT_TYPE, METRICS_CONTENT_TYPE)], p.metrics())
 }

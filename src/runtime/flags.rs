@@ -3,18 +3,22 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-/// `500ms`, `10s`, `2m`, or a bare number of seconds.
+/// A duration as people write them (`500ms`, `10s`, `1m30s`, `1h`), or a bare number of seconds
+/// (`60`, `0.5`). Zero is a value: where it means "off", the flag says so.
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let s = s.trim();
-    let (number, unit) = s.find(|c: char| !c.is_ascii_digit() && c != '.').map_or((s, "s"), |i| s.split_at(i));
-    let value: f64 = number.parse().map_err(|_| format!("{s:?} is not a duration like 500ms, 10s or 2m"))?;
-    let seconds = match unit {
-        "ms" => value / 1000.0,
-        "s" => value,
-        "m" => value * 60.0,
-        _ => return Err(format!("{s:?}: unit must be ms, s or m")),
-    };
-    Duration::try_from_secs_f64(seconds).map_err(|e| format!("{s:?}: {e}"))
+    if let Ok(seconds) = s.parse::<f64>() {
+        return Duration::try_from_secs_f64(seconds).map_err(|e| format!("{s:?}: {e}"));
+    }
+    humantime::parse_duration(s).map_err(|e| format!("{s:?} is not a duration like 500ms, 10s, 1m30s or 1h: {e}"))
+}
+
+/// [`parse_duration`] for what must take some time: a period, a timeout, a lease.
+pub fn parse_period(s: &str) -> Result<Duration, String> {
+    match parse_duration(s)? {
+        d if d.is_zero() => Err(format!("{s:?}: must be longer than zero")),
+        d => Ok(d),
+    }
 }
 
 /// `--kubeconfig` and `--context`: which API server is the hub.
@@ -42,7 +46,7 @@ pub struct LeaseArgs {
     pub identity: Option<String>,
 
     /// How long a Lease holds without renewal.
-    #[arg(long, env = "EDGEGATE_LEASE_DURATION", value_parser = parse_duration, default_value = "15s")]
+    #[arg(long, env = "EDGEGATE_LEASE_DURATION", value_parser = parse_period, default_value = "15s")]
     pub lease_duration: Duration,
 
     /// Run without leader election (a single replica only: two would both write).
@@ -80,7 +84,15 @@ mod tests {
         assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
         assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
         assert_eq!(parse_duration("3"), Ok(Duration::from_secs(3)));
+        assert_eq!(parse_duration("60"), Ok(Duration::from_secs(60)));
+        assert_eq!(parse_duration("1h"), Ok(Duration::from_secs(3600)));
+        assert_eq!(parse_duration("1m30s"), Ok(Duration::from_secs(90)));
+        assert_eq!(parse_duration("0"), Ok(Duration::ZERO));
         assert!(parse_duration("soon").is_err());
-        assert!(parse_duration("5h").is_err());
+        assert!(parse_duration("-1").is_err());
+        assert!(parse_duration("5 parsecs").is_err());
+        assert_eq!(parse_period("15s"), Ok(Duration::from_secs(15)));
+        assert!(parse_period("0").unwrap_err().contains("longer than zero"));
+        assert!(parse_period("0s").is_err());
     }
 }

@@ -1,9 +1,22 @@
-//! Leader election: one `coordination.k8s.io/v1` Lease through kube-lease-manager, so of the
-//! replicas of a writer (the pruner, the producer) only one acts at a time.
+//! Leader election on one `coordination.k8s.io/v1` Lease, so of the replicas of a writer (the
+//! pruner, the producer) only one acts at a time.
+//!
+//! Leadership is a local, monotonic deadline: the moment the last successful renewal was *sent*,
+//! plus the lease duration, less a margin. Whoever writes asks [`Leadership::is_leader`] right
+//! before each write, so a replica that cannot renew (stopped, partitioned, its API calls
+//! failing) stops writing before another replica may take the Lease: the others count the
+//! duration from when they *saw* the renewal, which is later. A clean stop releases the Lease, and
+//! followers look every second, so a rolling update hands over within about a second.
 
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+use kube::Api;
+use kube::api::PostParams;
 use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
 
 /// Which Lease, and who this replica is.
 #[derive(Clone, Debug)]
@@ -16,22 +29,247 @@ pub struct LeaseConfig {
     pub disabled: bool,
 }
 
-/// A channel that is `true` while this replica holds the Lease. kube-lease-manager renews it in
-/// the background for as long as the returned receiver lives.
-pub async fn elect(client: &kube::Client, lease: &LeaseConfig) -> anyhow::Result<watch::Receiver<bool>> {
-    if lease.disabled {
-        tracing::warn!("leader election is off: run exactly one replica");
-        let (_, rx) = watch::channel(true);
-        return Ok(rx);
+impl LeaseConfig {
+    /// How often the leader renews: five times a lease.
+    fn renew_every(&self) -> Duration {
+        self.duration / 5
     }
-    let duration = lease.duration.as_secs().max(3);
-    let manager = kube_lease_manager::LeaseManagerBuilder::new(client.clone(), &lease.name)
-        .with_namespace(&lease.namespace)
-        .with_identity(&lease.identity)
-        .with_duration(duration)
-        .with_grace((duration / 3).max(1))
-        .build()
-        .await?;
-    let (leader, _task) = manager.watch().await;
-    Ok(leader)
+
+    /// How often a follower looks: often enough to see a released Lease within a second.
+    fn look_every(&self) -> Duration {
+        self.renew_every().min(Duration::from_secs(1))
+    }
+
+    /// Taken off the deadline for clocks that run at slightly different rates.
+    fn margin(&self) -> Duration {
+        self.duration / 5
+    }
+}
+
+/// Whether this replica may write now, and a channel told when that changes.
+#[derive(Clone, Debug)]
+pub struct Leadership {
+    deadline: Arc<Mutex<Option<Instant>>>,
+    always: bool,
+    changes: watch::Receiver<bool>,
+}
+
+impl Leadership {
+    /// A replica that always leads (no election).
+    pub fn always() -> Self {
+        let (_, changes) = watch::channel(true);
+        Leadership { deadline: Arc::default(), always: true, changes }
+    }
+
+    /// True until the deadline the last renewal set.
+    pub fn is_leader(&self) -> bool {
+        self.always || self.deadline().is_some_and(|d| Instant::now() < d)
+    }
+
+    /// Told `true` when this replica takes the Lease and `false` when it steps down.
+    pub fn changes(&self) -> watch::Receiver<bool> {
+        self.changes.clone()
+    }
+
+    fn deadline(&self) -> Option<Instant> {
+        *self.deadline.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+/// The other end of a [`Leadership`]: what sets its deadline (the elector, or a test).
+#[derive(Debug)]
+pub struct Grant {
+    leadership: Leadership,
+    tx: watch::Sender<bool>,
+}
+
+impl Grant {
+    /// A replica that does not lead until granted.
+    pub fn new() -> (Leadership, Grant) {
+        let (tx, changes) = watch::channel(false);
+        let leadership = Leadership { deadline: Arc::default(), always: false, changes };
+        (leadership.clone(), Grant { leadership, tx })
+    }
+
+    /// Lead until `deadline`; `None`: follow from now.
+    pub fn until(&self, deadline: Option<Instant>) {
+        *self.leadership.deadline.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = deadline;
+        self.tell();
+    }
+
+    /// Tell the channel if leading changed (a deadline passes by itself); true if it did.
+    pub fn tell(&self) -> bool {
+        let leading = self.leadership.is_leader();
+        self.tx.send_if_modified(|was| std::mem::replace(was, leading) != leading)
+    }
+
+    fn leadership(&self) -> &Leadership {
+        &self.leadership
+    }
+}
+
+/// Start electing. Returns at once; the election runs until `shutdown`, and then releases the
+/// Lease if this replica holds it. The task ends when it has released it.
+pub fn elect(
+    client: &kube::Client,
+    config: &LeaseConfig,
+    shutdown: CancellationToken,
+) -> (Leadership, tokio::task::JoinHandle<()>) {
+    if config.disabled {
+        tracing::warn!("leader election is off: run exactly one replica");
+        return (Leadership::always(), tokio::spawn(async {}));
+    }
+    let (leadership, grant) = Grant::new();
+    let elector = Elector {
+        api: Api::namespaced(client.clone(), &config.namespace),
+        config: config.clone(),
+        grant,
+        observed: None,
+    };
+    (leadership, tokio::spawn(elector.run(shutdown)))
+}
+
+struct Elector {
+    api: Api<Lease>,
+    config: LeaseConfig,
+    grant: Grant,
+    /// The other holder's Lease as last seen, and when this replica first saw it so: another
+    /// holder's Lease has expired when it has not changed for its duration by *this* clock.
+    observed: Option<(String, Instant)>,
+}
+
+impl Elector {
+    async fn run(mut self, shutdown: CancellationToken) {
+        loop {
+            let sent = Instant::now();
+            let was = *self.grant.tx.borrow();
+            let outcome = self.try_acquire_or_renew(sent).await;
+            self.grant.tell(); // a deadline that passed while the request ran
+            let leading = self.grant.leadership().is_leader();
+            if leading != was {
+                tracing::info!(lease = %self.config.name, identity = %self.config.identity, leading, "leadership changed");
+            }
+            if let Err(error) = outcome {
+                tracing::warn!(lease = %self.config.name, %error, "lease request failed");
+            }
+            let wait = if leading { self.config.renew_every() } else { self.config.look_every() };
+            // While leading, also wake at the deadline, so the channel says when it passed.
+            let deadline = self.grant.leadership().deadline().filter(|_| leading);
+            tokio::select! {
+                () = shutdown.cancelled() => break,
+                () = tokio::time::sleep(wait) => {}
+                () = sleep_until(deadline) => {}
+            }
+        }
+        self.release().await;
+    }
+
+    /// One round: create the Lease, renew it, take it over once released or expired, or follow.
+    async fn try_acquire_or_renew(&mut self, sent: Instant) -> Result<(), kube::Error> {
+        let Some(mut lease) = self.api.get_opt(&self.config.name).await? else {
+            let lease = Lease {
+                metadata: ObjectMeta { name: Some(self.config.name.clone()), ..ObjectMeta::default() },
+                spec: Some(self.spec(now(), 0)),
+            };
+            return self.write(sent, self.api.create(&PostParams::default(), &lease).await);
+        };
+        let spec = lease.spec.clone().unwrap_or_default();
+        let holder = spec.holder_identity.clone().filter(|h| !h.is_empty());
+        if holder.as_deref() == Some(self.config.identity.as_str()) {
+            let mut renewed = spec;
+            renewed.renew_time = Some(now());
+            renewed.lease_duration_seconds = Some(self.duration_seconds());
+            lease.spec = Some(renewed);
+            return self.write(sent, self.api.replace(&self.config.name, &PostParams::default(), &lease).await);
+        }
+        if holder.is_some() && !self.expired(&lease, &spec) {
+            self.grant.until(None);
+            return Ok(());
+        }
+        let transitions = spec.lease_transitions.unwrap_or(0) + 1;
+        lease.spec = Some(self.spec(now(), transitions));
+        tracing::info!(lease = %self.config.name, previous = ?holder, "taking over the lease");
+        self.write(sent, self.api.replace(&self.config.name, &PostParams::default(), &lease).await)
+    }
+
+    /// Has the other holder's Lease gone unrenewed for its duration, by this replica's clock?
+    fn expired(&mut self, lease: &Lease, spec: &LeaseSpec) -> bool {
+        let version = lease.metadata.resource_version.clone().unwrap_or_default();
+        let first_seen = match &self.observed {
+            Some((seen, at)) if *seen == version => *at,
+            _ => {
+                self.observed = Some((version, Instant::now()));
+                return false;
+            }
+        };
+        let duration = Duration::from_secs(u64::try_from(spec.lease_duration_seconds.unwrap_or(0)).unwrap_or(0));
+        first_seen.elapsed() > duration
+    }
+
+    /// A create or replace answered: on success this replica leads until `sent` + duration −
+    /// margin; a conflict means another replica wrote first, so this one follows.
+    fn write(&mut self, sent: Instant, result: Result<Lease, kube::Error>) -> Result<(), kube::Error> {
+        match result {
+            Ok(_) => {
+                self.grant.until(Some(sent + self.config.duration - self.config.margin()));
+                self.observed = None;
+                Ok(())
+            }
+            Err(kube::Error::Api(status)) if status.code == 409 => {
+                self.grant.until(None);
+                Ok(())
+            }
+            // Anything else: the deadline stands, and runs out unless a later renewal succeeds.
+            Err(error) => Err(error),
+        }
+    }
+
+    /// Hand the Lease back on a clean stop, so a follower takes over at its next look, not after
+    /// the whole duration.
+    async fn release(&mut self) {
+        let was_leader = self.grant.leadership().is_leader();
+        self.grant.until(None);
+        if !was_leader {
+            return;
+        }
+        let Ok(Some(mut lease)) = self.api.get_opt(&self.config.name).await else { return };
+        let mut spec = lease.spec.clone().unwrap_or_default();
+        if spec.holder_identity.as_deref() != Some(self.config.identity.as_str()) {
+            return;
+        }
+        spec.holder_identity = None;
+        spec.lease_duration_seconds = Some(1);
+        spec.renew_time = Some(now());
+        lease.spec = Some(spec);
+        match self.api.replace(&self.config.name, &PostParams::default(), &lease).await {
+            Ok(_) => tracing::info!(lease = %self.config.name, "released the lease"),
+            Err(error) => tracing::warn!(lease = %self.config.name, %error, "could not release the lease; it expires"),
+        }
+    }
+
+    fn spec(&self, at: MicroTime, transitions: i32) -> LeaseSpec {
+        LeaseSpec {
+            holder_identity: Some(self.config.identity.clone()),
+            lease_duration_seconds: Some(self.duration_seconds()),
+            acquire_time: Some(at.clone()),
+            renew_time: Some(at),
+            lease_transitions: Some(transitions),
+            ..LeaseSpec::default()
+        }
+    }
+
+    fn duration_seconds(&self) -> i32 {
+        i32::try_from(self.config.duration.as_secs().max(1)).unwrap_or(i32::MAX)
+    }
+}
+
+fn now() -> MicroTime {
+    MicroTime(jiff::Timestamp::now())
+}
+
+async fn sleep_until(deadline: Option<Instant>) {
+    match deadline {
+        Some(at) => tokio::time::sleep_until(at.into()).await,
+        None => std::future::pending().await,
+    }
 }

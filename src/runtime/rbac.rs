@@ -28,8 +28,8 @@ pub const WEBHOOK_CA_BUNDLE: Rule = Rule {
 };
 
 /// `edgegate-pruner`: records and copies listed and watched, copies deleted, an Event per deletion
-/// (kube's recorder patches a repeated event into a series), and its Lease (kube-lease-manager
-/// reads, creates, and renews it by server-side apply). Leases are namespaced; see [`PRUNER_LEASE`].
+/// (kube's recorder patches a repeated event into a series), and its Lease (read, created, and
+/// renewed, taken over or released by a replace with the resourceVersion it read). Leases are namespaced; see [`PRUNER_LEASE`].
 pub const PRUNER: &[Rule] = &[
     Rule { group: "networking.datumapis.com", resource: "edgereachabilities", names: &[], verbs: &["list", "watch"] },
     Rule { group: "discovery.k8s.io", resource: "endpointslices", names: &[], verbs: &["list", "watch", "delete"] },
@@ -38,7 +38,7 @@ pub const PRUNER: &[Rule] = &[
 
 /// The pruner's Lease rule, granted in its own namespace only.
 pub const PRUNER_LEASE: Rule =
-    Rule { group: "coordination.k8s.io", resource: "leases", names: &[], verbs: &["get", "create", "patch"] };
+    Rule { group: "coordination.k8s.io", resource: "leases", names: &[], verbs: &["get", "create", "update"] };
 
 /// `edgegate-producer` on the hub: records read, created and server-side applied (never deleted),
 /// hub namespaces listed and watched (never created), Warning Events. Its Lease: [`PRODUCER_LEASE`].

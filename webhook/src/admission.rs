@@ -47,6 +47,16 @@ pub struct Admission {
     pub metrics: Arc<Metrics>,
 }
 
+impl edgegate::runtime::admin::Probes for Admission {
+    fn ready(&self) -> Result<(), String> {
+        if self.source.synced() { Ok(()) } else { Err("record source not synced".into()) }
+    }
+
+    fn metrics(&self) -> String {
+        self.metrics.encode(&self.source)
+    }
+}
+
 impl Admission {
     /// Answer one review. `Err` only for bodies that are no AdmissionReview (HTTP 400); every
     /// review that can be answered, however odd, gets an AdmissionReview back.

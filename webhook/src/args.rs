@@ -11,7 +11,7 @@ use edgegate::runtime::flags::{HubArgs, LogFormat, parse_duration};
 #[derive(Debug, Parser)]
 #[command(
     name = "edgegate-webhook",
-    version,
+    version = edgegate::VERSION,
     about = "Admits EndpointSlice copies to a federation hub only where their namespace's EdgeReachability names one of their addresses"
 )]
 pub struct Args {
@@ -94,12 +94,6 @@ pub struct Args {
     /// On SIGTERM, how long in-flight requests may take to finish.
     #[arg(long, env = "EDGEGATE_SHUTDOWN_GRACE", value_parser = parse_duration, default_value = "10s")]
     pub shutdown_grace: Duration,
-
-    /// Benchmarks only: also serve POST /ceiling, a fixed allow that reads the body but parses
-    /// nothing, so a load run can compare the real handler against the server's own ceiling, and
-    /// POST /ceiling/tokenised, the same after running the body through the JSON tokeniser.
-    #[arg(long, env = "EDGEGATE_SERVE_CEILING", hide = true)]
-    pub serve_ceiling: bool,
 
     /// Log format.
     #[arg(long, env = "EDGEGATE_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]

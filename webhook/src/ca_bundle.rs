@@ -14,21 +14,52 @@ use k8s_openapi::ByteString;
 use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
 use kube::Api;
 use kube::api::{Patch, PatchParams};
+use rustls::pki_types::CertificateDer;
+use rustls::pki_types::pem::PemObject;
 
-/// The PEM certificate blocks in `pem`, whitespace-normalised so equal certificates compare equal.
-pub fn pem_blocks(pem: &[u8]) -> Vec<String> {
+/// One certificate of a bundle: its PEM block as it will be written, and its DER, by which it
+/// compares (two spellings of one certificate are one certificate).
+#[derive(Clone, Debug)]
+pub struct BundleCert {
+    pem: String,
+    der: CertificateDer<'static>,
+}
+
+impl PartialEq for BundleCert {
+    fn eq(&self, other: &Self) -> bool {
+        self.der == other.der
+    }
+}
+
+impl BundleCert {
+    pub fn der(&self) -> &[u8] {
+        &self.der
+    }
+}
+
+/// The certificates in a PEM bundle, in order; blocks that do not decode are left out.
+pub fn pem_blocks(pem: &[u8]) -> Vec<BundleCert> {
+    const BEGIN: &str = "-----BEGIN CERTIFICATE-----";
+    const END: &str = "-----END CERTIFICATE-----";
     let text = String::from_utf8_lossy(pem);
     let mut blocks = Vec::new();
     let mut rest = text.as_ref();
-    while let Some(start) = rest.find("-----BEGIN CERTIFICATE-----") {
-        let Some(end) = rest[start..].find("-----END CERTIFICATE-----") else { break };
-        let end = start + end + "-----END CERTIFICATE-----".len();
+    while let Some(start) = rest.find(BEGIN) {
+        let Some(end) = rest[start..].find(END) else { break };
+        let end = start + end + END.len();
         let block: String =
-            rest[start..end].lines().map(str::trim).filter(|l| !l.is_empty()).collect::<Vec<_>>().join("\n");
-        blocks.push(block + "\n");
+            rest[start..end].lines().map(str::trim).filter(|l| !l.is_empty()).collect::<Vec<_>>().join("\n") + "\n";
+        if let Ok(der) = CertificateDer::from_pem_slice(block.as_bytes()) {
+            blocks.push(BundleCert { pem: block, der });
+        }
         rest = &rest[end..];
     }
     blocks
+}
+
+/// The bundle as written.
+fn pem_text(blocks: &[BundleCert]) -> Vec<u8> {
+    blocks.iter().map(|b| b.pem.as_str()).collect::<String>().into_bytes()
 }
 
 /// Keeps one webhook configuration's caBundle in step with the served certificate's CA.
@@ -70,7 +101,7 @@ impl CaBundleKeeper {
 
     /// Read the configuration, compute each webhook's new bundle, and patch what differs, guarded
     /// by the resourceVersion read (a concurrent writer makes the patch fail; the caller retries).
-    async fn rewrite(&self, bundle: impl Fn(&[u8]) -> Vec<String>) -> anyhow::Result<bool> {
+    async fn rewrite(&self, bundle: impl Fn(&[u8]) -> Vec<BundleCert>) -> anyhow::Result<bool> {
         let config = self
             .api
             .get(&self.name)
@@ -81,8 +112,9 @@ impl CaBundleKeeper {
         })];
         for (i, webhook) in config.webhooks.iter().flatten().enumerate() {
             let current = webhook.client_config.ca_bundle.as_ref().map(|b| b.0.as_slice()).unwrap_or_default();
-            let next = bundle(current).concat().into_bytes();
-            if pem_blocks(current) != pem_blocks(&next) {
+            let next = bundle(current);
+            if pem_blocks(current) != next {
+                let next = pem_text(&next);
                 ops.push(serde_json::json!({
                     "op": "add", "path": format!("/webhooks/{i}/clientConfig/caBundle"), "value": ByteString(next),
                 }));
@@ -123,12 +155,16 @@ mod tests {
     use super::*;
 
     #[test]
-    fn pem_blocks_compare_by_content() {
+    fn certificates_compare_as_der() {
         let a = "-----BEGIN CERTIFICATE-----\nAAAA\nBBBB\n-----END CERTIFICATE-----\n";
-        let b = "  -----BEGIN CERTIFICATE-----\r\nAAAA\r\nBBBB\r\n-----END CERTIFICATE-----";
+        // The same bytes, base64 wrapped at another width, indented, with CRLF line ends.
+        let b = "  -----BEGIN CERTIFICATE-----\r\nAAAABB\r\nBB\r\n-----END CERTIFICATE-----";
         assert_eq!(pem_blocks(a.as_bytes()), pem_blocks(b.as_bytes()));
+        assert_eq!(pem_blocks(a.as_bytes())[0].der(), [0, 0, 0, 4, 16, 65]);
         let both = format!("{a}{}", a.replace("AAAA", "CCCC"));
         assert_eq!(pem_blocks(both.as_bytes()).len(), 2);
+        assert_ne!(pem_blocks(both.as_bytes())[0], pem_blocks(both.as_bytes())[1]);
         assert!(pem_blocks(b"garbage").is_empty());
+        assert_eq!(pem_text(&pem_blocks(a.as_bytes())), a.as_bytes());
     }
 }

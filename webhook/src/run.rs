@@ -14,6 +14,12 @@ use crate::metrics::Metrics;
 use crate::tls::CertReloader;
 
 pub async fn run(args: Args) -> anyhow::Result<()> {
+    serve(args, axum::Router::new()).await
+}
+
+/// The webhook, with `extra` routes served over TLS beside its own (the load measurements'
+/// ceiling; nothing in the shipped binary).
+pub async fn serve(args: Args, extra: axum::Router) -> anyhow::Result<()> {
     rustls::crypto::ring::default_provider()
         .install_default()
         .map_err(|_| anyhow::anyhow!("a rustls crypto provider was already installed"))?;
@@ -55,20 +61,16 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     tracing::info!(listen = %local, mode = ?args.mode, selector = %args.copy_selector, "serving");
 
     if let Some(admin) = args.admin_listen {
-        let app = crate::server::admin_routes().with_state(Arc::clone(&admission));
-        let token = shutdown.clone();
-        tokio::spawn(async move {
-            if let Err(e) = crate::server::serve_admin(admin, app, token).await {
-                tracing::error!(error = %e, %admin, "admin listener failed");
-            }
-        });
+        let listener =
+            tokio::net::TcpListener::bind(admin).await.with_context(|| format!("binding --admin-listen {admin}"))?;
+        edgegate::runtime::admin::serve(listener, Arc::clone(&admission) as _, shutdown.clone());
     }
     let on_signal = shutdown.clone();
     tokio::spawn(async move {
         edgegate::runtime::process::shutdown_signal().await;
         on_signal.cancel();
     });
-    let app = crate::server::routes(admission, args.max_body_bytes, args.serve_ceiling);
+    let app = crate::server::routes(admission, args.max_body_bytes, extra);
     crate::server::serve_tls(listener, tls, app, shutdown, args.shutdown_grace).await;
     tracing::info!("stopped");
     Ok(())

@@ -9,7 +9,7 @@ use axum::body::Bytes;
 use axum::extract::{DefaultBodyLimit, Request, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::post;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
 use hyper_util::service::TowerToHyperService;
@@ -26,34 +26,24 @@ const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
 const BODY_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// The routes served over TLS: admission plus the probes and metrics.
-pub fn routes(admission: Arc<Admission>, max_body_bytes: usize, serve_ceiling: bool) -> Router {
-    let mut router = Router::new().route("/validate", post(validate)).route("/mutate", post(mutate));
-    if serve_ceiling {
-        router = router
-            .route("/ceiling", post(|limit, request| ceiling(limit, request, false)))
-            .route("/ceiling/tokenised", post(|limit, request| ceiling(limit, request, true)));
-    }
-    router
+/// The routes served over TLS: admission, `extra` (nothing in the shipped server; the load
+/// measurements add their ceiling routes), and the probes and metrics every binary serves.
+pub fn routes(admission: Arc<Admission>, max_body_bytes: usize, extra: Router) -> Router {
+    Router::new()
+        .route("/validate", post(validate))
+        .route("/mutate", post(mutate))
         .layer(axum::Extension(BodyLimit(max_body_bytes)))
         // The handlers read the body themselves, under BodyLimit and BODY_TIMEOUT.
         .layer(DefaultBodyLimit::disable())
-        .merge(admin_routes())
-        .with_state(admission)
+        .with_state(Arc::clone(&admission))
+        .merge(extra)
+        .merge(edgegate::runtime::admin::router(admission))
         .fallback(not_found)
 }
 
 /// `--max-body-bytes`.
 #[derive(Clone, Copy)]
 struct BodyLimit(usize);
-
-/// Probes and metrics only, for the optional plain-HTTP admin listener.
-pub fn admin_routes() -> Router<Arc<Admission>> {
-    Router::new()
-        .route("/healthz", get(|| async { "ok\n" }))
-        .route("/readyz", get(readyz))
-        .route("/metrics", get(metrics))
-}
 
 async fn validate(State(a): State<Arc<Admission>>, limit: axum::Extension<BodyLimit>, request: Request) -> Response {
     answer(&a, limit.0, request, Endpoint::Validate).await
@@ -149,22 +139,6 @@ fn error(status: StatusCode, message: String) -> Response {
     (status, [(header::CONTENT_TYPE, "application/json")], body.to_string()).into_response()
 }
 
-/// A fixed allow for a fixed uid: the server's ceiling with the review path taken out. With
-/// `tokenise`, the body is also run through serde's tokeniser, building nothing: the least any
-/// review of it can cost on top of the plain ceiling.
-async fn ceiling(limit: axum::Extension<BodyLimit>, request: Request, tokenise: bool) -> Response {
-    let (parts, body) = request.into_parts();
-    let body = match read_body(&parts.headers, body, limit.0.0).await {
-        Ok(body) => body,
-        Err(refusal) => return refusal,
-    };
-    if tokenise && let Err(e) = serde_json::from_slice::<serde::de::IgnoredAny>(&body) {
-        return error(StatusCode::BAD_REQUEST, format!("body is not JSON: {e}"));
-    }
-    const ALLOW: &str = r#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","response":{"uid":"ceiling","allowed":true,"status":{}}}"#;
-    ([(header::CONTENT_TYPE, "application/json")], ALLOW).into_response()
-}
-
 async fn not_found(request: Request) -> Response {
     // Drain a small body first, for the reason given in `answer`.
     let (parts, body) = request.into_parts();
@@ -173,19 +147,6 @@ async fn not_found(request: Request) -> Response {
         StatusCode::NOT_FOUND,
         "no such endpoint; POST /validate or /mutate, GET /healthz, /readyz or /metrics".to_owned(),
     )
-}
-
-async fn readyz(State(a): State<Arc<Admission>>) -> Response {
-    if a.source.synced() {
-        (StatusCode::OK, "ok\n").into_response()
-    } else {
-        (StatusCode::SERVICE_UNAVAILABLE, "record source not synced\n").into_response()
-    }
-}
-
-async fn metrics(State(a): State<Arc<Admission>>) -> Response {
-    let text = a.metrics.encode(&a.source);
-    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], text).into_response()
 }
 
 /// Serve `app` over TLS until `shutdown`, then stop accepting and give in-flight requests up to
@@ -257,11 +218,4 @@ async fn serve_connection(
     if let Err(e) = result {
         tracing::debug!(%peer, error = %e, "connection ended with an error");
     }
-}
-
-/// Serve the admin routes over plain HTTP until `shutdown`.
-pub async fn serve_admin(addr: SocketAddr, app: Router, shutdown: CancellationToken) -> anyhow::Result<()> {
-    let listener = TcpListener::bind(addr).await?;
-    axum::serve(listener, app).with_graceful_shutdown(shutdown.cancelled_owned()).await?;
-    Ok(())
 }

@@ -11,6 +11,7 @@ use std::time::{Duration, SystemTime};
 use anyhow::{Context, Result};
 use arc_swap::ArcSwap;
 use rustls::client::danger::ServerCertVerifier;
+use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
 use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
@@ -45,9 +46,10 @@ fn record_expiry(certified: &CertifiedKey, metrics: &Metrics) {
 pub fn load_certified_key(cert_path: &Path, key_path: &Path) -> Result<CertifiedKey> {
     let certs = read_certs(cert_path)?;
     let key_pem = std::fs::read(key_path).with_context(|| format!("reading {}", key_path.display()))?;
-    let key: PrivateKeyDer<'static> = rustls_pemfile::private_key(&mut key_pem.as_slice())
-        .with_context(|| format!("parsing {}", key_path.display()))?
-        .with_context(|| format!("{} holds no private key", key_path.display()))?;
+    let key = PrivateKeyDer::from_pem_slice(&key_pem).map_err(|e| match e {
+        rustls::pki_types::pem::Error::NoItemsFound => anyhow::anyhow!("{} holds no private key", key_path.display()),
+        e => anyhow::anyhow!("parsing {}: {e}", key_path.display()),
+    })?;
     let signer = rustls::crypto::ring::sign::any_supported_type(&key)
         .with_context(|| format!("{} is not a supported key", key_path.display()))?;
     let certified = CertifiedKey::new(certs, signer);
@@ -59,7 +61,7 @@ pub fn load_certified_key(cert_path: &Path, key_path: &Path) -> Result<Certified
 
 fn read_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>> {
     let pem = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
-    let certs = rustls_pemfile::certs(&mut pem.as_slice())
+    let certs = CertificateDer::pem_slice_iter(&pem)
         .collect::<Result<Vec<_>, _>>()
         .with_context(|| format!("parsing {}", path.display()))?;
     anyhow::ensure!(!certs.is_empty(), "{} holds no certificate", path.display());

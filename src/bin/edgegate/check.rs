@@ -48,7 +48,6 @@ fn report(decision: &Decision) -> ExitCode {
                 Allowed::NoAddresses => "the copy carries no address".to_owned(),
                 Allowed::NoRecord => "the namespace has no record; nothing changes until it has one".to_owned(),
                 Allowed::Named(a) => format!("the record names {a}"),
-                Allowed::Terminating => "the copy is being deleted; an UPDATE of it carries nothing new".to_owned(),
                 Allowed::NothingNew => "an UPDATE of a copy that adds no address it did not carry".to_owned(),
             };
             println!("allow: {why}");

@@ -12,7 +12,7 @@ mod check;
 mod reachability;
 
 #[derive(Parser)]
-#[command(name = "edgegate", version, about = "edgegate's offline tools")]
+#[command(name = "edgegate", version = edgegate::VERSION, about = "edgegate's offline tools")]
 struct Cli {
     #[command(subcommand)]
     command: Command,

@@ -45,7 +45,7 @@ pub struct StoreWriter {
 /// A change of the records a reader may want to act on.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Change {
-    /// This namespace's record was created, changed or deleted.
+    /// Something in this namespace changed: its record, or one of its copies.
     Namespace(String),
     /// The whole view was (re-)listed.
     All,

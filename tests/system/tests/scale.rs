@@ -3,13 +3,8 @@
 //! (`--kubernetes`, with those records and again with 1,000,000 addresses) and the producer (10,000
 //! namespaces in one project) started against it, each measured.
 
-#[path = "support/control_plane.rs"]
-mod control_plane;
-#[path = "support/e2e_helpers.rs"]
-mod helpers;
-
+use edgegate_system_tests::helpers::*;
 use futures::StreamExt;
-use helpers::*;
 
 const NAMESPACES: usize = 10_000;
 const COPIES_PER_NAMESPACE: usize = 10;

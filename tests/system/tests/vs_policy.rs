@@ -4,13 +4,8 @@
 //! decision table, the create times of large slices, throughput and CPU per create, and the
 //! webhook calls its matchConditions save.
 
-#[path = "support/control_plane.rs"]
-mod control_plane;
-#[path = "support/e2e_helpers.rs"]
-mod helpers;
-
+use edgegate_system_tests::helpers::*;
 use futures::StreamExt;
-use helpers::*;
 
 const SCOPE: &str = "vs";
 

@@ -4,7 +4,6 @@
 //!
 //! Every process runs under a watchdog shell that kills it once the test process is gone, so
 //! nothing outlives a test run, even one that panicked or was killed.
-#![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -42,8 +41,9 @@ pub fn shared() -> &'static ControlPlane {
     SHARED.get_or_init(ControlPlane::start)
 }
 
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+/// The repository's root.
+pub fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
 fn free_port() -> u16 {

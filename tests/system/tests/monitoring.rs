@@ -3,15 +3,10 @@
 //! another), every dashboard expression parses, and every metric the rules and the dashboard name
 //! is exported by a live binary, so a renamed metric cannot silently break an alert.
 
-#[path = "support/control_plane.rs"]
-mod control_plane;
-#[path = "support/e2e_helpers.rs"]
-mod helpers;
-
 use std::collections::BTreeSet;
 use std::process::Command;
 
-use helpers::*;
+use edgegate_system_tests::helpers::*;
 
 fn promtool() -> PathBuf {
     let out = Command::new(repo().join("tests/promtool/build.sh")).output().expect("tests/promtool/build.sh runs");

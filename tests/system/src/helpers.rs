@@ -1,5 +1,5 @@
-//! Helpers of the end-to-end suites (tests/e2e.rs, tests/faults.rs).
-#![allow(dead_code, unused_imports)]
+//! What the whole-system suites share: binaries, namespaces, records, copies, the webhook
+//! registered on the API server, scraped metrics.
 
 pub use std::path::{Path, PathBuf};
 pub use std::process::Child;
@@ -16,9 +16,7 @@ pub use serde_json::json;
 
 pub const COPY_LABEL: &str = "networking.datumapis.com/vpc-endpointslice-projection";
 
-pub fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
-}
+pub use crate::control_plane::repo;
 
 pub fn binary(name: &str) -> PathBuf {
     // Test binaries live in target/<profile>/deps; the workspace's binaries one level up.
@@ -176,7 +174,8 @@ pub fn start_webhook(cp: &ControlPlane, kubeconfig: &Path) -> Process {
     Process { child, port, log }
 }
 
-/// A pruner judging only the copies of `test`.
+/// A pruner judging only the copies of `test`; with no grace unless `extra` gives one, so that
+/// the suites measure the pruner's own latency.
 pub fn start_pruner(cp: &ControlPlane, test: &str, kubeconfig: &Path, extra: &[&str]) -> Process {
     let port = free_port();
     let log = cp.dir.join(format!("pruner-{port}.log"));
@@ -185,6 +184,9 @@ pub fn start_pruner(cp: &ControlPlane, test: &str, kubeconfig: &Path, extra: &[&
         format!("--listen=127.0.0.1:{port}"),
         format!("--copy-selector={COPY_LABEL}=true,edgegate-e2e={test}"),
     ];
+    if !extra.iter().any(|a| a.starts_with("--grace")) {
+        args.push("--grace=0".to_owned());
+    }
     args.extend(extra.iter().map(|s| (*s).to_owned()));
     let child = spawn_guarded(&binary("edgegate-pruner"), &args, &log);
     Process { child, port, log }

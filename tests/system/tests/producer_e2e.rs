@@ -1,14 +1,11 @@
 //! edgegate-producer on two real kube-apiservers: one plays a project control plane (with test
 //! CRDs for HTTPProxy, NetworkService and NetworkInterface, tests/crds/project.yaml), the other
-//! the hub. Upstream's seven cases, the safety cases of PRODUCER.md, then the whole flow with the
-//! webhook and the pruner attached to the hub.
+//! the hub. Upstream's seven cases, the safety cases of its contract (docs/producer.md), then the
+//! whole flow with the webhook and the pruner attached to the hub.
 
-#[path = "support/control_plane.rs"]
-mod control_plane;
-#[path = "support/e2e_helpers.rs"]
-mod helpers;
+use std::sync::Arc;
 
-use helpers::*;
+use edgegate_system_tests::helpers::*;
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
 
 const SCOPE: &str = "producer";
@@ -87,10 +84,12 @@ async fn project_beside(hub_cp: &ControlPlane) -> (ControlPlane, Client, Client)
     (project_cp, hub, project)
 }
 
-fn start_producer(hub: &ControlPlane, project: &ControlPlane) -> Process {
+/// A producer for one project; withdrawing at once unless `extra` says otherwise, so that the
+/// suites measure its own latency.
+fn start_producer(hub: &ControlPlane, project: &ControlPlane, extra: &[&str]) -> Process {
     let port = free_port();
     let log = hub.dir.join(format!("producer-{port}.log"));
-    let args = [
+    let mut args = vec![
         format!("--kubeconfig={}", hub.kubeconfig.display()),
         format!("--project-kubeconfig={}", project.kubeconfig.display()),
         "--project-name=e2e".to_owned(),
@@ -98,6 +97,10 @@ fn start_producer(hub: &ControlPlane, project: &ControlPlane) -> Process {
         "--no-leader-election".to_owned(),
         "--resync=2s".to_owned(),
     ];
+    if !extra.iter().any(|a| a.starts_with("--withdraw-after")) {
+        args.push("--withdraw-after=0".to_owned());
+    }
+    args.extend(extra.iter().map(|s| (*s).to_owned()));
     let child = spawn_guarded(&binary("edgegate-producer"), &args, &log);
     Process { child, port, log }
 }
@@ -125,7 +128,7 @@ async fn producer_between_a_project_and_the_hub() {
         .await
         .expect("their record");
 
-    let producer = start_producer(hub_cp, &project_cp);
+    let producer = start_producer(hub_cp, &project_cp, &[]);
     eventually(Duration::from_secs(30), "producer ready", async || {
         http_status(&format!("http://127.0.0.1:{}/readyz", producer.port), None) == 200
     })
@@ -316,6 +319,7 @@ async fn projects_dir_engages_and_disengages_projects() {
         format!("--listen=127.0.0.1:{port}"),
         "--no-leader-election".to_owned(),
         "--resync=2s".to_owned(),
+        "--withdraw-after=0".to_owned(),
     ];
     let producer = Process { child: spawn_guarded(&binary("edgegate-producer"), &args, &log), port, log };
     eventually(Duration::from_secs(30), "ready with no project", async || {
@@ -390,7 +394,7 @@ async fn producer_at_scale(namespaces: usize, per: usize) {
         namespaces * per,
         started.elapsed()
     );
-    let producer = start_producer(&hub_cp, &project_cp);
+    let producer = start_producer(&hub_cp, &project_cp, &[]);
     let started = Instant::now();
     let records: Api<edgegate::EdgeReachability> = Api::all(hub.clone());
     eventually(Duration::from_secs(600), "every record written", async || {
@@ -420,4 +424,109 @@ async fn producer_at_scale(namespaces: usize, per: usize) {
         "producer: {namespaces} namespaces, {} interfaces: every record written {first_write:?} after start, RSS {rss} MiB; interface added → record updated median {median:?}, max {max:?}",
         namespaces * per
     );
+}
+
+/// A project passing through a state nobody meant: the NetworkService's selector edited from
+/// `app=a` to `app=b` a moment before the interface is relabelled, so for that moment it selects
+/// nothing. With the producer's withdraw-after and the pruner's grace, the record never loses the
+/// address and the copy stays published; a real withdrawal (the proxy deleted) still completes
+/// within withdraw-after + grace and a little.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_selector_edited_before_the_interfaces_withdraws_nothing() {
+    const FLAP: &str = "flap";
+    let (withdraw_after, grace) = (Duration::from_secs(4), Duration::from_secs(3));
+    let hub_cp = shared();
+    let (project_cp, hub, project) = project_beside(hub_cp).await;
+    let hub_ns = format!("ns-{}", project_namespace(&project, "flap-a").await);
+    namespace(&hub, &hub_ns, &[]).await;
+    service(&project, "flap-a", "web", "a").await;
+    interface(&project, "flap-a", "nic-1", "a", "Bound", "fd20:0:f1::1").await;
+    proxy(&project, "flap-a", "web", json!([{"networkService": {"name": "web"}}])).await;
+    let _producer = start_producer(hub_cp, &project_cp, &[&format!("--withdraw-after={}s", withdraw_after.as_secs())]);
+    let _pruner = start_pruner(hub_cp, FLAP, &hub_cp.kubeconfig, &["--no-leader-election", "--grace=3s"]);
+    let served = vec!["fd20:0:f1::1".to_owned()];
+    eventually(Duration::from_secs(30), "record written", async || {
+        record(&hub, &hub_ns).await.as_ref() == Some(&served)
+    })
+    .await;
+    create(&hub, &hub_ns, &slice(FLAP, "vm-1", true, &["fd20:0:f1::1"]), false).await.expect("copy");
+
+    // Watch the record and the copy every 50 ms while the project passes through the gap.
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let watcher = {
+        let (hub, hub_ns, stop, served) = (hub.clone(), hub_ns.clone(), Arc::clone(&stop), served.clone());
+        tokio::spawn(async move {
+            let mut lapses = Vec::new();
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let now = record(&hub, &hub_ns).await;
+                if now.as_ref() != Some(&served) {
+                    lapses.push(format!("record {now:?}"));
+                }
+                if !exists(&hub, &hub_ns, "vm-1").await {
+                    lapses.push("copy gone".to_owned());
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            lapses
+        })
+    };
+    service(&project, "flap-a", "web", "b").await;
+    tokio::time::sleep(Duration::from_millis(1500)).await; // the GitOps tool's next object
+    interface(&project, "flap-a", "nic-1", "b", "Bound", "fd20:0:f1::1").await;
+    tokio::time::sleep(withdraw_after + grace + Duration::from_secs(2)).await;
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let lapses = watcher.await.expect("watcher");
+    assert!(lapses.is_empty(), "the gap withdrew something: {lapses:?}");
+
+    // A real withdrawal: nothing serves the address any more.
+    let started = Instant::now();
+    remove(&project, "flap-a", "HTTPProxy", "httpproxies", "web").await;
+    eventually(Duration::from_secs(60), "copy collected", async || !exists(&hub, &hub_ns, "vm-1").await).await;
+    let took = started.elapsed();
+    eprintln!(
+        "withdrawal with withdraw-after {withdraw_after:?} and grace {grace:?}: proxy deleted → copy gone {took:?}"
+    );
+    assert!(took >= withdraw_after + grace - Duration::from_millis(500), "the holds held: {took:?}");
+    assert!(took <= withdraw_after + grace + Duration::from_secs(3), "within withdraw-after + grace: {took:?}");
+}
+
+/// One project that cannot be reached does not hold the producer unready (that would stall every
+/// rollout): the others are served, and the bad one shows in its own metric.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_unreachable_project_leaves_the_producer_ready() {
+    let hub_cp = shared();
+    let (project_cp, hub, project) = project_beside(hub_cp).await;
+    let hub_ns = format!("ns-{}", project_namespace(&project, "bad-a").await);
+    namespace(&hub, &hub_ns, &[]).await;
+    service(&project, "bad-a", "web", "web").await;
+    interface(&project, "bad-a", "nic-1", "web", "Bound", "fd20:0:ba::1").await;
+    proxy(&project, "bad-a", "web", json!([{"networkService": {"name": "web"}}])).await;
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::copy(&project_cp.kubeconfig, dir.path().join("good.kubeconfig")).expect("good project");
+    let text = std::fs::read_to_string(&project_cp.kubeconfig).expect("kubeconfig");
+    std::fs::write(dir.path().join("gone.kubeconfig"), text.replace(&project_cp.server, "https://127.0.0.1:1"))
+        .expect("unreachable project");
+    let port = free_port();
+    let log = hub_cp.dir.join(format!("producer-{port}.log"));
+    let args = [
+        format!("--kubeconfig={}", hub_cp.kubeconfig.display()),
+        format!("--projects-dir={}", dir.path().display()),
+        format!("--listen=127.0.0.1:{port}"),
+        "--no-leader-election".to_owned(),
+        "--withdraw-after=0".to_owned(),
+    ];
+    let producer = Process { child: spawn_guarded(&binary("edgegate-producer"), &args, &log), port, log };
+    let took = eventually(Duration::from_secs(30), "ready", async || {
+        http_status(&format!("http://127.0.0.1:{port}/readyz"), None) == 200
+    })
+    .await;
+    eprintln!("producer with one unreachable project: ready after {took:?}");
+    eventually(Duration::from_secs(30), "the good project's record", async || {
+        record(&hub, &hub_ns).await == Some(vec!["fd20:0:ba::1".to_owned()])
+    })
+    .await;
+    let m = metrics(&producer);
+    assert!(m.contains("edgegate_producer_project_synced{project=\"good\"} 1"), "{m}");
+    assert!(m.contains("edgegate_producer_project_synced{project=\"gone\"} 0"), "{m}");
 }

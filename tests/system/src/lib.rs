@@ -1,0 +1,6 @@
+//! Support for the whole-system suites in `tests/`: a real control plane (etcd and
+//! kube-apiserver built from their Go modules) and the helpers that start edgegate's binaries
+//! against it.
+
+pub mod control_plane;
+pub mod helpers;
