@@ -9,8 +9,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use edgegate::core::hold::Hold;
+use edgegate::index::Change;
 use edgegate::index::hub::HubView;
-use edgegate::index::source::kubernetes::Change;
 use edgegate::runtime::lease::Leadership;
 use edgegate::runtime::rbac::{PRODUCER_HUB, PRODUCER_PROJECT};
 use edgegate_producer::metrics::Metrics;

@@ -9,9 +9,9 @@ use std::time::{Duration, Instant};
 
 use edgegate::core::crd::MAX_RECORD_ADDRESSES;
 use edgegate::core::hold::Hold;
+use edgegate::index::Change;
 use edgegate::index::hub::HubView;
 use edgegate::index::project::ProjectIndex;
-use edgegate::index::source::kubernetes::Change;
 use edgegate::runtime::lease::Leadership;
 use edgegate::runtime::wakeups::{Wakeup, Wakeups};
 use kube::api::{Patch, PatchParams};

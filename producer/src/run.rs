@@ -9,30 +9,26 @@ use edgegate::EdgeReachability;
 use edgegate::Slice;
 use edgegate::core::hold::Hold;
 use edgegate::core::project::{HttpProxy, NamespaceMeta, NetworkInterface, NetworkService};
+use edgegate::index::Change;
 use edgegate::index::hub::{HubView, HubWriter};
 use edgegate::index::project::{KindWriter, ProjectIndex};
 use edgegate::index::source::follow::{WatchSink, Whole, follow};
-use edgegate::index::source::kubernetes::Change;
 use edgegate::runtime::admin::Probes;
-use edgegate::runtime::lease::{Leadership, elect};
-use kube::runtime::events::{Recorder, Reporter};
+use edgegate::runtime::controller::Controller;
+use edgegate::runtime::lease::Leadership;
 use kube::runtime::watcher;
 use kube::{Api, Client};
 use serde::de::DeserializeOwned;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
-use tokio_util::sync::CancellationToken;
 
 use crate::args::Args;
 use crate::metrics::Metrics;
 use crate::producer::{Producer, Projects, Trigger};
 
 pub async fn run(args: Args) -> anyhow::Result<()> {
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    let hub = edgegate::runtime::hub::hub_client(&args.hub).await?;
-    let shutdown = CancellationToken::new();
-    let lease = args.lease.config(&args.lease_name, "edgegate-producer");
-    let identity = lease.identity.clone();
+    let controller = Controller::start(&args.hub, &args.lease.config(&args.lease_name, "edgegate-producer")).await?;
+    let hub = controller.hub.clone();
     let (triggers_tx, triggers) = mpsc::unbounded_channel();
     let view = Arc::new(HubView::new(args.record_name.clone()));
     start_hub_watches(&hub, &view, &triggers_tx);
@@ -40,7 +36,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     match (&args.project_kubeconfig, &args.projects_dir) {
         (Some(file), _) => {
             let name = args.project_name.clone().unwrap_or_else(|| stem(file));
-            engaged.engage(&name, edgegate::runtime::hub::kube_client(Some(file), None).await?);
+            engaged.engage(&name, edgegate::runtime::client::kube_client(Some(file), None).await?);
         }
         (None, Some(dir)) => {
             let engaged = engaged.clone();
@@ -49,13 +45,8 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         }
         (None, None) => anyhow::bail!("give --project-kubeconfig or --projects-dir"),
     }
-    let election_stop = CancellationToken::new();
-    let (leader, election) = elect(&hub, &lease, election_stop.clone());
     let metrics = Arc::new(Metrics::new());
-    let recorder = Recorder::new(
-        hub.clone(),
-        Reporter { controller: "edgegate-producer".into(), instance: Some(identity.clone()) },
-    );
+    let recorder = controller.recorder("edgegate-producer");
     let producer = Producer {
         hub,
         view: Arc::clone(&view),
@@ -63,25 +54,15 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         force_ownership: args.force_ownership,
         withdrawals: Mutex::new(Hold::new(args.withdraw_after)),
         again: Some(triggers_tx),
-        leader,
+        leader: controller.leader.clone(),
         metrics: Arc::clone(&metrics),
         recorder,
     };
-    let listener = tokio::net::TcpListener::bind(args.listen).await?;
-    tracing::info!(listen = %listener.local_addr()?, identity, "serving probes and metrics");
-    let admin = Admin { view, engaged: engaged.clone(), metrics, leader: producer.leader.clone() };
-    edgegate::runtime::admin::serve(listener, Arc::new(admin), shutdown.clone());
-    let on_signal = shutdown.clone();
-    tokio::spawn(async move {
-        edgegate::runtime::process::shutdown_signal().await;
-        on_signal.cancel();
-    });
+    let admin = Admin { view, engaged: engaged.clone(), metrics, leader: controller.leader.clone() };
+    controller.serve_admin(args.listen, Arc::new(admin)).await?;
     tracing::info!(withdraw_after = ?args.withdraw_after, "producing");
-    producer.run(triggers, args.resync, shutdown).await;
-    // The last write has ended: hand the Lease over now rather than let it expire.
-    election_stop.cancel();
-    let _ = election.await;
-    tracing::info!("stopped");
+    producer.run(triggers, args.resync, controller.shutdown.clone()).await;
+    controller.stopped().await;
     Ok(())
 }
 
@@ -191,7 +172,7 @@ async fn follow_projects_dir(dir: &Path, engaged: &Engaged) {
             if seen.get(name).is_some_and(|(_, s)| *s == stamp) {
                 continue;
             }
-            match edgegate::runtime::hub::kube_client(Some(path), None).await {
+            match edgegate::runtime::client::kube_client(Some(path), None).await {
                 Ok(client) => {
                     engaged.engage(name, client);
                     seen.insert(name.clone(), (path.clone(), stamp));

@@ -9,9 +9,9 @@ use std::time::{Duration, Instant};
 
 use edgegate::core::hold::Hold;
 use edgegate::core::plan::{Deletion, Scope, deletion};
+use edgegate::index::Change;
 use edgegate::index::copies::CopyIndex;
 use edgegate::index::prune::plan;
-use edgegate::index::source::kubernetes::Change;
 use edgegate::runtime::lease::Leadership;
 use edgegate::runtime::wakeups::{Wakeup, Wakeups};
 use edgegate::{CopySelector, EdgeReachability, RecordSource, RecordStore, Slice};

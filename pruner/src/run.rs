@@ -1,4 +1,4 @@
-//! Wiring: the hub client, the two watches, the Lease, the admin listener, signals.
+//! Wiring: the two watches and the pass loop, inside the life every controller shares.
 
 use std::sync::{Arc, Mutex};
 
@@ -7,49 +7,33 @@ use edgegate::index::copies::{CopyIndex, CopyWriter};
 use edgegate::index::source::follow::follow;
 use edgegate::index::source::kubernetes::{OnWatchError, StoreWriter};
 use edgegate::runtime::admin::Probes;
-use edgegate::runtime::lease::{Leadership, elect};
+use edgegate::runtime::controller::Controller;
+use edgegate::runtime::lease::Leadership;
 use edgegate::{EdgeReachability, RecordSource, RecordStore, Slice};
-use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::watcher;
 use kube::{Api, Client};
 use tokio::sync::mpsc;
-use tokio_util::sync::CancellationToken;
 
 use crate::args::Args;
 use crate::metrics::Metrics;
 use crate::pruner::{Pacer, Pruner};
 
 pub async fn run(args: Args) -> anyhow::Result<()> {
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    let client = edgegate::runtime::hub::hub_client(&args.hub).await?;
-    let shutdown = CancellationToken::new();
-    let lease = args.lease.config(&args.lease_name, "edgegate-pruner");
-    let identity = lease.identity.clone();
+    let controller = Controller::start(&args.hub, &args.lease.config(&args.lease_name, "edgegate-pruner")).await?;
     let (changes_tx, changes) = mpsc::unbounded_channel();
     let records = Arc::new(RecordStore::new(args.record_name.clone()));
     let copies = Arc::new(CopyIndex::default());
-    start_watches(&client, &args.copy_selector, &records, &copies, changes_tx.clone());
-    let election_stop = CancellationToken::new();
-    let (leader, election) = elect(&client, &lease, election_stop.clone());
+    start_watches(&controller.hub, &args.copy_selector, &records, &copies, changes_tx.clone());
     let metrics = Arc::new(Metrics::new());
     let admin = Admin {
         records: Arc::clone(&records),
         copies: Arc::clone(&copies),
         metrics: Arc::clone(&metrics),
-        leader: leader.clone(),
+        leader: controller.leader.clone(),
     };
-    let listener = tokio::net::TcpListener::bind(args.listen).await?;
-    tracing::info!(listen = %listener.local_addr()?, identity, dry_run = args.dry_run, selector = %args.copy_selector, "serving probes and metrics");
-    edgegate::runtime::admin::serve(listener, Arc::new(admin), shutdown.clone());
-    let on_signal = shutdown.clone();
-    tokio::spawn(async move {
-        edgegate::runtime::process::shutdown_signal().await;
-        on_signal.cancel();
-    });
-    let recorder =
-        Recorder::new(client.clone(), Reporter { controller: "edgegate-pruner".into(), instance: Some(identity) });
+    controller.serve_admin(args.listen, Arc::new(admin)).await?;
     let pruner = Pruner {
-        client,
+        client: controller.hub.clone(),
         records,
         copies,
         selector: args.copy_selector,
@@ -57,16 +41,19 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         pacer: Pacer::per_second(args.max_deletes_per_second),
         grace: Mutex::new(Hold::new(args.grace)),
         again: Some(changes_tx),
-        leader,
+        leader: controller.leader.clone(),
         metrics,
-        recorder,
+        recorder: controller.recorder("edgegate-pruner"),
     };
-    tracing::info!(grace = ?args.grace, max_deletes_per_second = args.max_deletes_per_second, "pruning");
-    pruner.run(changes, args.resync, shutdown).await;
-    // The last pass has ended: hand the Lease over now rather than let it expire.
-    election_stop.cancel();
-    let _ = election.await;
-    tracing::info!("stopped");
+    tracing::info!(
+        grace = ?args.grace,
+        max_deletes_per_second = args.max_deletes_per_second,
+        dry_run = args.dry_run,
+        selector = %pruner.selector,
+        "pruning"
+    );
+    pruner.run(changes, args.resync, controller.shutdown.clone()).await;
+    controller.stopped().await;
     Ok(())
 }
 
@@ -77,7 +64,7 @@ pub fn start_watches(
     selector: &edgegate::CopySelector,
     records: &Arc<RecordStore>,
     copies: &Arc<CopyIndex>,
-    changes: mpsc::UnboundedSender<edgegate::index::source::kubernetes::Change>,
+    changes: mpsc::UnboundedSender<edgegate::index::Change>,
 ) -> Vec<tokio::task::JoinHandle<()>> {
     let mut record_writer = StoreWriter::new(Arc::clone(records), OnWatchError::Unsync).with_changes(changes.clone());
     let record_api: Api<EdgeReachability> = Api::all(client.clone());

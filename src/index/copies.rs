@@ -9,8 +9,8 @@ use std::sync::{Arc, RwLock};
 use kube::runtime::watcher;
 
 use crate::core::slice::Slice;
+use crate::index::Change;
 use crate::index::source::follow::WatchSink;
-use crate::index::source::kubernetes::Change;
 
 type ByNamespace = HashMap<String, BTreeMap<String, Arc<Slice>>>;
 

@@ -9,8 +9,8 @@ use kube::ResourceExt;
 use kube::runtime::watcher;
 use tokio::sync::mpsc::UnboundedSender;
 
-use super::source::follow::WholeSink;
-use super::source::kubernetes::Change;
+use super::Change;
+use super::source::follow::SnapshotSink;
 use crate::core::crd::EdgeReachability;
 use crate::core::project::NamespaceMeta;
 
@@ -80,7 +80,7 @@ impl HubWriter {
     }
 }
 
-impl WholeSink<NamespaceMeta> for HubWriter {
+impl SnapshotSink<NamespaceMeta> for HubWriter {
     fn replace(&mut self, list: Vec<NamespaceMeta>) {
         *write(&self.view.namespaces) = list.iter().map(ResourceExt::name_any).collect();
         self.view.namespaces_synced.store(true, Ordering::Release);
@@ -101,7 +101,7 @@ impl WholeSink<NamespaceMeta> for HubWriter {
     }
 }
 
-impl WholeSink<EdgeReachability> for HubWriter {
+impl SnapshotSink<EdgeReachability> for HubWriter {
     fn replace(&mut self, list: Vec<EdgeReachability>) {
         let wanted = |r: &EdgeReachability| r.name_any() == self.view.record_name;
         *write(&self.view.records) = list

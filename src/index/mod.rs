@@ -9,3 +9,13 @@ pub mod project;
 pub mod prune;
 pub mod source;
 pub mod store;
+
+/// What changed in an index, for the loop that acts on it (the pruner's passes, the producer's
+/// recomputes): one namespace, or everything after a (re-)list.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Change {
+    /// Something in this namespace changed: a record, a copy, a project object.
+    Namespace(String),
+    /// The whole view was (re-)listed.
+    All,
+}

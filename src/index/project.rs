@@ -9,8 +9,8 @@ use std::sync::{Arc, RwLock};
 use kube::runtime::watcher;
 use tokio::sync::mpsc::UnboundedSender;
 
-use super::source::follow::WholeSink;
-use super::source::kubernetes::Change;
+use super::Change;
+use super::source::follow::SnapshotSink;
 use crate::core::project::{HttpProxy, NamespaceMeta, NetworkInterface, NetworkService};
 use crate::core::reachability::{ProjectNamespace, Reachability, reachable, reachable_addresses};
 use crate::core::slice::Slice;
@@ -138,7 +138,7 @@ fn key<K: kube::Resource>(object: &K) -> (String, String) {
     (meta.namespace.clone().unwrap_or_default(), meta.name.clone().unwrap_or_default())
 }
 
-impl<K: Indexed> WholeSink<K> for KindWriter {
+impl<K: Indexed> SnapshotSink<K> for KindWriter {
     fn replace(&mut self, list: Vec<K>) {
         {
             let mut namespaces = write(&self.index.namespaces);
@@ -173,7 +173,7 @@ impl<K: Indexed> WholeSink<K> for KindWriter {
     }
 }
 
-impl WholeSink<NamespaceMeta> for KindWriter {
+impl SnapshotSink<NamespaceMeta> for KindWriter {
     fn replace(&mut self, list: Vec<NamespaceMeta>) {
         *write(&self.index.uids) = list.iter().filter_map(name_and_uid).collect();
         self.index.synced[NAMESPACE_SLOT].store(true, Ordering::Release);

@@ -2,8 +2,9 @@
 //! signals, metrics helpers, and the RBAC rules that list every call they make.
 
 pub mod admin;
+pub mod client;
+pub mod controller;
 pub mod flags;
-pub mod hub;
 pub mod lease;
 pub mod metrics;
 pub mod process;

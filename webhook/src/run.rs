@@ -40,7 +40,7 @@ pub async fn serve(args: Args, extra: axum::Router) -> anyhow::Result<()> {
     let mut reloader =
         CertReloader::new(cert.clone(), key, Arc::clone(&metrics)).context("loading the serving certificate")?;
     if let Some(name) = &args.ca_bundle_for {
-        let client = edgegate::runtime::hub::hub_client(&args.hub).await?;
+        let client = edgegate::runtime::client::hub_client(&args.hub).await?;
         let keeper = CaBundleKeeper::new(client, name.clone(), args.ca_bundle_settle, args.ca_bundle_keep_old);
         let ca_file = args.ca_file.clone().unwrap_or_else(|| cert.with_file_name("ca.crt"));
         reloader = reloader.with_ca_bundle(ca_file, keeper)?;
@@ -83,7 +83,7 @@ async fn start_record_source(
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
     if args.kubernetes {
-        let client = edgegate::runtime::hub::hub_client(&args.hub).await?;
+        let client = edgegate::runtime::client::hub_client(&args.hub).await?;
         let api = kube::Api::<edgegate::EdgeReachability>::all(client);
         let writer = edgegate::index::source::kubernetes::StoreWriter::new(
             store,

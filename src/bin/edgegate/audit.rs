@@ -85,7 +85,8 @@ fn live(args: &AuditArgs) -> anyhow::Result<Report> {
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     runtime.block_on(async {
         let _ = rustls::crypto::ring::default_provider().install_default();
-        let client = edgegate::runtime::hub::kube_client(args.kubeconfig.as_deref(), args.context.as_deref()).await?;
+        let client =
+            edgegate::runtime::client::kube_client(args.kubeconfig.as_deref(), args.context.as_deref()).await?;
         let (records, copies): (Api<EdgeReachability>, Api<Slice>) = match &args.namespace {
             Some(ns) => (Api::namespaced(client.clone(), ns), Api::namespaced(client, ns)),
             None => (Api::all(client.clone()), Api::all(client)),

@@ -8,7 +8,7 @@ pub fn reachability(kubeconfig: &std::path::Path, context: Option<&str>, namespa
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     runtime.block_on(async {
         let _ = rustls::crypto::ring::default_provider().install_default();
-        let client = edgegate::runtime::hub::kube_client(Some(kubeconfig), context).await?;
+        let client = edgegate::runtime::client::kube_client(Some(kubeconfig), context).await?;
         let lp = kube::api::ListParams::default();
         let ns = ProjectNamespace {
             proxies: by_name(Api::<HttpProxy>::namespaced(client.clone(), namespace).list(&lp).await?.items),

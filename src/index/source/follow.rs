@@ -9,7 +9,10 @@ use kube::Api;
 use kube::runtime::watcher::{self, Event, watcher};
 use serde::de::DeserializeOwned;
 
-/// What an index does with a watch's events.
+/// What an index does with a watch's events, one at a time, the (re-)list included: for an index
+/// that turns each object into something smaller as it arrives (the record store, the copy index),
+/// so the list is never held whole. An index that wants each list whole implements
+/// [`SnapshotSink`] behind [`Whole`] instead.
 pub trait WatchSink<K> {
     /// A (re-)list begins: gather what follows aside.
     fn relist_started(&mut self);
@@ -25,9 +28,9 @@ pub trait WatchSink<K> {
     fn failed(&mut self, error: &watcher::Error);
 }
 
-/// An index that takes each (re-)list whole; [`Whole`] gathers the list for it, so the index
-/// never sees half of one.
-pub trait WholeSink<K> {
+/// An index that takes each (re-)list whole, as one snapshot; [`Whole`] gathers the list for it,
+/// so the index never sees half of one.
+pub trait SnapshotSink<K> {
     /// A complete (re-)list: what the index holds from now on.
     fn replace(&mut self, all: Vec<K>);
     /// An object was added or changed.
@@ -51,7 +54,7 @@ impl<S, K> Whole<S, K> {
     }
 }
 
-impl<K, S: WholeSink<K>> WatchSink<K> for Whole<S, K> {
+impl<K, S: SnapshotSink<K>> WatchSink<K> for Whole<S, K> {
     fn relist_started(&mut self) {
         self.relisting = Some(Vec::new());
     }
@@ -79,7 +82,7 @@ impl<K, S: WholeSink<K>> WatchSink<K> for Whole<S, K> {
 
 /// How long one watch request lasts before the API server ends it and the watcher starts the
 /// next one from where it was (no re-list). Shorter than the client's read timeout
-/// ([`crate::runtime::hub::API_READ_TIMEOUT`]), so only a dead connection is ever timed out.
+/// ([`crate::runtime::client::API_READ_TIMEOUT`]), so only a dead connection is ever timed out.
 pub const WATCH_TIMEOUT_SECS: u32 = 10;
 
 const FIRST_BACKOFF: Duration = Duration::from_millis(500);

@@ -14,6 +14,7 @@ use kube::{Api, ResourceExt};
 use super::follow::{WatchSink, follow};
 use crate::core::crd::EdgeReachability;
 use crate::core::record::Record;
+use crate::index::Change;
 use crate::index::store::RecordStore;
 
 /// Records gathered during a (re-)list, and the `namespace/name`s ignored for their name.
@@ -40,15 +41,6 @@ pub struct StoreWriter {
     ignored: HashSet<String>,
     /// Namespaces whose record changed, for whoever wants to act on a change.
     changed: Option<tokio::sync::mpsc::UnboundedSender<Change>>,
-}
-
-/// A change of the records a reader may want to act on.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Change {
-    /// Something in this namespace changed: its record, or one of its copies.
-    Namespace(String),
-    /// The whole view was (re-)listed.
-    All,
 }
 
 impl StoreWriter {

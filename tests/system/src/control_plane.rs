@@ -256,7 +256,7 @@ impl ControlPlane {
 
     /// An admin client.
     pub async fn client(&self) -> kube::Client {
-        edgegate::runtime::hub::kube_client(Some(&self.kubeconfig), None).await.expect("admin client")
+        edgegate::runtime::client::kube_client(Some(&self.kubeconfig), None).await.expect("admin client")
     }
 
     /// A kubeconfig that impersonates `user` (in `groups`) through the admin credentials.

@@ -1,0 +1,67 @@
+//! The life every controller binary (the pruner, the producer) shares around its loop: the
+//! crypto provider and the hub client, SIGTERM, the Lease, the admin listener, Events, and at the
+//! end the Lease handed back.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use anyhow::Context;
+use kube::runtime::events::{Recorder, Reporter};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use super::admin::Probes;
+use super::flags::HubArgs;
+use super::lease::{Leadership, LeaseConfig, elect};
+
+/// A started controller: what its loop needs, and the election to end when the loop is done.
+pub struct Controller {
+    pub hub: kube::Client,
+    /// The name this replica holds the Lease and posts Events under.
+    pub identity: String,
+    pub leader: Leadership,
+    /// Cancelled on SIGTERM or Ctrl-C: the loop stops at it.
+    pub shutdown: CancellationToken,
+    election: (CancellationToken, JoinHandle<()>),
+}
+
+impl Controller {
+    /// Connect to the hub, hear SIGTERM, and start electing on `lease`.
+    pub async fn start(hub: &HubArgs, lease: &LeaseConfig) -> anyhow::Result<Self> {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let client = super::client::hub_client(hub).await?;
+        let shutdown = CancellationToken::new();
+        let on_signal = shutdown.clone();
+        tokio::spawn(async move {
+            super::process::shutdown_signal().await;
+            on_signal.cancel();
+        });
+        let stop = CancellationToken::new();
+        let (leader, task) = elect(&client, lease, stop.clone());
+        Ok(Controller { hub: client, identity: lease.identity.clone(), leader, shutdown, election: (stop, task) })
+    }
+
+    /// Serve `/healthz`, `/readyz` and `/metrics` from `probes` on `listen` until shutdown.
+    pub async fn serve_admin(&self, listen: SocketAddr, probes: Arc<dyn Probes>) -> anyhow::Result<()> {
+        let listener = tokio::net::TcpListener::bind(listen).await.with_context(|| format!("binding {listen}"))?;
+        tracing::info!(listen = %listener.local_addr()?, identity = %self.identity, "serving probes and metrics");
+        super::admin::serve(listener, probes, self.shutdown.clone());
+        Ok(())
+    }
+
+    /// Events posted as `controller`, this replica the instance.
+    pub fn recorder(&self, controller: &str) -> Recorder {
+        Recorder::new(
+            self.hub.clone(),
+            Reporter { controller: controller.to_owned(), instance: Some(self.identity.clone()) },
+        )
+    }
+
+    /// The loop has ended: hand the Lease over now rather than let it expire.
+    pub async fn stopped(self) {
+        let (stop, task) = self.election;
+        stop.cancel();
+        let _ = task.await;
+        tracing::info!("stopped");
+    }
+}
