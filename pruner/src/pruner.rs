@@ -229,7 +229,7 @@ impl Pruner {
                 // Gone from the index now, not when the watch says so: a pass planned before
                 // then must not delete it again. A finalizer keeps it; the watch brings it back
                 // as terminating.
-                self.copies.forget(ns, name);
+                self.copies.forget(ns, name, now.resource_version.as_deref());
                 let key = (ns.clone(), name.clone(), now.uid.clone());
                 self.grace.lock().unwrap_or_else(std::sync::PoisonError::into_inner).forget(&key);
                 self.record_event(&now).await;

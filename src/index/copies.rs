@@ -44,9 +44,15 @@ impl CopyIndex {
         self.len() == 0
     }
 
-    /// Drop one copy before the watch says it is gone (the pruner, once its DELETE succeeded).
-    pub fn forget(&self, namespace: &str, name: &str) {
-        remove(&mut self.write(), namespace, name);
+    /// Drop one copy before the watch says it is gone (the pruner, once its DELETE succeeded), if
+    /// the index still holds it at `resource_version`: a newer version (the copy turned
+    /// terminating, held by a finalizer) came from the watch and stays.
+    pub fn forget(&self, namespace: &str, name: &str, resource_version: Option<&str>) {
+        let mut map = self.write();
+        let held = map.get(namespace).and_then(|c| c.get(name));
+        if held.is_some_and(|c| c.metadata.resource_version.as_deref() == resource_version) {
+            remove(&mut map, namespace, name);
+        }
     }
 
     fn read(&self) -> std::sync::RwLockReadGuard<'_, ByNamespace> {
@@ -155,7 +161,10 @@ mod tests {
         writer.applied(copy("a", "s3", &["fd00::3"]));
         writer.deleted(copy("b", "s2", &[]));
         assert_eq!(index.in_namespace("a").len(), 2);
-        index.forget("a", "s3");
+        index.forget("a", "s3", Some("newer"));
+        assert_eq!(index.in_namespace("a").len(), 2, "a newer version stays");
+        let version = index.get("a", "s3").and_then(|c| c.metadata.resource_version.clone());
+        index.forget("a", "s3", version.as_deref());
         assert_eq!(index.in_namespace("a").len(), 1);
         assert!(index.in_namespace("b").is_empty());
         writer.failed(&watcher::Error::NoResourceVersion);

@@ -234,7 +234,7 @@ async fn a_terminating_copy_can_leave_and_an_unnamed_copy_can_be_labelled() {
     tokio::time::sleep(Duration::from_millis(2500)).await; // two resync passes
     let m = metrics(&pruner);
     assert_eq!(counter(&m, "edgegate_prune_deletions_total{result=\"deleted\"}"), 2, "{m}");
-    assert!(counter(&m, "edgegate_prune_deletions_total{result=\"terminating\"}") >= 2, "{m}");
+    assert!(counter(&m, "edgegate_prune_deletions_total{result=\"terminating\"}") >= 2, "{m}\n{}", pruner.log());
 
     // Held by its finalizer, the copy is still carried: an address it gains is judged.
     let grow = json!({"endpoints": [{"addresses": ["fd20:0:5::1"]}, {"addresses": ["fd20:0:5::7"]}]});
