@@ -536,12 +536,10 @@ for got in [answer(s) for s in conns]:
 fn the_shipped_webhook_serves_no_measurement_routes() {
     let webhook = Webhook::with_records(&empty_record());
     assert_eq!(webhook.post("/ceiling", &copy_create()).0, 404, "only webhook/examples/ceiling.rs serves it");
-    let (status, out) = (|| {
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_edgegate-webhook"))
-            .arg("--serve-ceiling")
-            .output()
-            .expect("runs");
-        (out.status.code(), String::from_utf8_lossy(&out.stderr).into_owned())
-    })();
-    assert_eq!(status, Some(2), "--serve-ceiling is no flag of the shipped binary: {out}");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_edgegate-webhook"))
+        .arg("--serve-ceiling")
+        .output()
+        .expect("runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "--serve-ceiling is no flag of the shipped binary: {stderr}");
 }
