@@ -138,6 +138,10 @@ impl ControlPlane {
             format!("--tls-private-key-file={}", d("apiserver.key")),
             format!("--client-ca-file={}", d("ca.crt")),
             "--service-cluster-ip-range=10.0.0.0/24".into(),
+            // A webhook registered by Service is reached through its EndpointSlices, never its
+            // ClusterIP: nothing here routes the service range, and no test may dial out of the
+            // machine (with no ready endpoint, the call fails at once).
+            "--enable-aggregator-routing=true".into(),
             "--allow-privileged=true".into(),
             "--disable-admission-plugins=ServiceAccount".into(),
             "--authorization-mode=RBAC".into(),

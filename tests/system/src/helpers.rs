@@ -148,6 +148,24 @@ impl Drop for Process {
     }
 }
 
+/// deploy/components/dev-certs/certs, made by certs/dev-certs.sh once per test binary if missing:
+/// what the dev overlay and any render with the dev certificate source read.
+pub fn deploy_dev_certs() -> PathBuf {
+    static MADE: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    MADE.get_or_init(|| {
+        let certs = repo().join("deploy/components/dev-certs/certs");
+        if !certs.join("tls.crt").exists() {
+            let out = std::process::Command::new(repo().join("certs/dev-certs.sh"))
+                .arg(&certs)
+                .output()
+                .expect("dev-certs.sh");
+            assert!(out.status.success(), "dev-certs.sh: {}", String::from_utf8_lossy(&out.stderr));
+        }
+        certs
+    })
+    .clone()
+}
+
 pub fn dev_certs() -> PathBuf {
     let dir = std::env::temp_dir().join(format!("edgegate-e2e-certs-{}", std::process::id()));
     if !dir.join("tls.crt").exists() {

@@ -6,7 +6,7 @@ use std::process::Command;
 
 use clap::CommandFactory;
 use edgegate::runtime::rbac::{PRUNER, PRUNER_LEASE, Rule, WEBHOOK};
-use edgegate_system_tests::helpers::repo;
+use edgegate_system_tests::helpers::{deploy_dev_certs, repo};
 use serde_json::{Value, json};
 
 /// `kubectl kustomize DIR` (or `kustomize build DIR`), parsed into objects.
@@ -22,11 +22,7 @@ fn render(dir: &Path) -> Vec<Value> {
 }
 
 fn dev_overlay() -> Vec<Value> {
-    let certs = repo().join("deploy/overlays/dev/certs");
-    if !certs.join("tls.crt").exists() {
-        let status = Command::new(repo().join("certs/dev-certs.sh")).arg(&certs).output().expect("dev-certs.sh");
-        assert!(status.status.success());
-    }
+    deploy_dev_certs();
     render(&repo().join("deploy/overlays/dev"))
 }
 
@@ -54,7 +50,6 @@ fn assert_webhook_invariants(objects: &[Value]) {
     let hook = &vwc["webhooks"][0];
     assert_eq!(hook["admissionReviewVersions"], json!(["v1"]));
     assert_eq!(hook["sideEffects"], "None");
-    assert_eq!(hook["failurePolicy"], "Fail");
     assert!(hook["timeoutSeconds"].as_u64().is_some_and(|t| t <= 5), "{hook}");
     assert_eq!(
         hook["clientConfig"]["service"],
@@ -94,7 +89,6 @@ fn assert_args_match(deployment: &Value, command: clap::Command) {
         let name = env["name"].as_str().unwrap_or_default();
         assert!(envs.iter().any(|e| e == name), "{} is given env {name}, which it does not read", command.get_name());
     }
-    assert_eq!(container["image"], "ghcr.io/datum-cloud/edgegate:v0.1.0");
     let security = &container["securityContext"];
     assert_eq!(security["readOnlyRootFilesystem"], true);
     assert_eq!(security["allowPrivilegeEscalation"], false);
@@ -146,6 +140,110 @@ fn expected(rules: &[Rule]) -> Vec<(String, String, Vec<String>)> {
         .collect()
 }
 
+/// Whether a render watches or enforces.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Mode {
+    Observe,
+    Enforce,
+}
+
+/// The env value a container sets for `name`.
+fn env<'a>(deployment: &'a Value, name: &str) -> &'a Value {
+    deployment["spec"]["template"]["spec"]["containers"][0]["env"]
+        .as_array()
+        .and_then(|e| e.iter().find(|e| e["name"] == name))
+        .map_or(&Value::Null, |e| &e["value"])
+}
+
+/// Observe: the webhook warns and is ignored when unreachable, the pruner dry-runs. Enforce: it
+/// refuses and fails closed, the pruner deletes. Every webhook configuration in the render agrees.
+fn assert_mode(objects: &[Value], mode: Mode) {
+    let (policy, webhook_mode, dry_run) = match mode {
+        Mode::Observe => ("Ignore", "warn", "true"),
+        Mode::Enforce => ("Fail", "deny", "false"),
+    };
+    for config in objects.iter().filter(|o| o["kind"].as_str().is_some_and(|k| k.ends_with("WebhookConfiguration"))) {
+        assert_eq!(config["webhooks"][0]["failurePolicy"], policy, "{mode:?}: {}", config["kind"]);
+        assert_eq!(config["metadata"]["labels"]["edgegate.datumapis.com/enforces"], "true");
+    }
+    if let Some(webhook) =
+        objects.iter().find(|o| o["kind"] == "Deployment" && o["metadata"]["name"] == "edgegate-webhook")
+    {
+        assert_eq!(env(webhook, "EDGEGATE_MODE"), webhook_mode, "{mode:?}");
+    }
+    if let Some(pruner) =
+        objects.iter().find(|o| o["kind"] == "Deployment" && o["metadata"]["name"] == "edgegate-pruner")
+    {
+        assert_eq!(env(pruner, "EDGEGATE_DRY_RUN"), dry_run, "{mode:?}");
+        assert_eq!(pruner["metadata"]["labels"]["edgegate.datumapis.com/enforces"], "true");
+    }
+}
+
+/// What an install needs to serve from its first minute: every workload's image is pullable, and
+/// every webhook configuration gets its CA from the one certificate source the render has — a
+/// caBundle equal to the Secret the webhook mounts, or cert-manager's injection from the
+/// Certificate that issues that Secret.
+fn assert_installable(objects: &[Value]) {
+    for o in objects {
+        let kind = &o["kind"];
+        assert_eq!(
+            o["metadata"]["labels"]["app.kubernetes.io/part-of"], "edgegate",
+            "{kind} {}: the uninstall finds it",
+            o["metadata"]["name"]
+        );
+    }
+    for deployment in objects.iter().filter(|o| o["kind"] == "Deployment") {
+        let image = &deployment["spec"]["template"]["spec"]["containers"][0]["image"];
+        assert_eq!(image, "ghcr.io/datum-cloud/edgegate:v0.1.0", "{}", deployment["metadata"]["name"]);
+    }
+    let certificates: Vec<&Value> = objects.iter().filter(|o| o["kind"] == "Certificate").collect();
+    let secret = objects.iter().find(|o| o["kind"] == "Secret" && o["metadata"]["name"] == "edgegate-webhook-tls");
+    assert!(
+        certificates.is_empty() != secret.is_none(),
+        "exactly one certificate source (cert-manager or a Secret), not {} and {secret:?}",
+        certificates.len()
+    );
+    for config in objects.iter().filter(|o| o["kind"].as_str().is_some_and(|k| k.ends_with("WebhookConfiguration"))) {
+        let kind = config["kind"].as_str().unwrap_or_default();
+        if let Some(from) = config["metadata"]["annotations"]["cert-manager.io/inject-ca-from"].as_str() {
+            assert_eq!(from, "edgegate-system/edgegate-webhook", "{kind}");
+            let cert = find(objects, "Certificate", "edgegate-webhook");
+            assert_eq!(cert["spec"]["secretName"], "edgegate-webhook-tls");
+        } else {
+            let strip = |v: &Value| v.as_str().unwrap_or_default().split_whitespace().collect::<String>();
+            let bundle = strip(&config["webhooks"][0]["clientConfig"]["caBundle"]);
+            let secret = secret.unwrap_or_else(|| panic!("{kind} has no CA: neither injected nor a Secret's"));
+            assert!(
+                !bundle.is_empty() && bundle == strip(&secret["data"]["ca.crt"]),
+                "{kind}: caBundle is the Secret's CA"
+            );
+        }
+    }
+    if let Some(webhook) =
+        objects.iter().find(|o| o["kind"] == "Deployment" && o["metadata"]["name"] == "edgegate-webhook")
+    {
+        assert_eq!(webhook["spec"]["template"]["spec"]["volumes"][0]["secret"]["secretName"], "edgegate-webhook-tls");
+    }
+}
+
+/// A kustomization of the repo's `resources` and `components` (paths under deploy/), rendered:
+/// what a user's own kustomization of those lines gives.
+fn compose(name: &str, resources: &[&str], components: &[&str]) -> Vec<Value> {
+    let dir = repo().join("target/deploy-test").join(name);
+    std::fs::create_dir_all(&dir).expect("mkdir");
+    let list = |paths: &[&str]| paths.iter().map(|p| format!("  - ../../../deploy/{p}\n")).collect::<String>();
+    std::fs::write(
+        dir.join("kustomization.yaml"),
+        format!(
+            "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n{}components:\n{}",
+            list(resources),
+            list(components)
+        ),
+    )
+    .expect("write");
+    render(&dir)
+}
+
 fn assert_common(objects: &[Value]) {
     assert_webhook_invariants(objects);
     assert_args_match(find(objects, "Deployment", "edgegate-webhook"), edgegate_webhook::args::Args::command());
@@ -187,6 +285,7 @@ fn assert_common(objects: &[Value]) {
 fn base_renders_with_the_crd_and_its_invariants() {
     let objects = render(&repo().join("deploy/base"));
     assert_common(&objects);
+    assert_mode(&objects, Mode::Observe);
     let crd = find(&objects, "CustomResourceDefinition", "edgereachabilities.networking.datumapis.com");
     let kept: Value = serde_saphyr::from_str(
         &std::fs::read_to_string(repo().join("deploy/crd/edgereachabilities.yaml")).expect("crd"),
@@ -196,34 +295,69 @@ fn base_renders_with_the_crd_and_its_invariants() {
 }
 
 #[test]
-fn with_cert_manager_injects_the_ca_and_issues_the_service_certificate() {
-    let objects = render(&repo().join("deploy/overlays/with-cert-manager"));
-    assert_common(&objects);
-    let vwc = find(&objects, "ValidatingWebhookConfiguration", "edgegate");
-    assert_eq!(vwc["metadata"]["annotations"]["cert-manager.io/inject-ca-from"], "edgegate-system/edgegate-webhook");
-    let cert = find(&objects, "Certificate", "edgegate-webhook");
-    assert_eq!(cert["spec"]["secretName"], "edgegate-webhook-tls");
+fn the_two_install_steps_watch_then_enforce() {
+    let observe = render(&repo().join("deploy/overlays/observe"));
+    assert_common(&observe);
+    assert_installable(&observe);
+    assert_mode(&observe, Mode::Observe);
+    let enforce = render(&repo().join("deploy/overlays/enforce"));
+    assert_common(&enforce);
+    assert_installable(&enforce);
+    assert_mode(&enforce, Mode::Enforce);
+    // The same objects; only what enforcement changes differs.
+    let names = |o: &[Value]| o.iter().map(|o| format!("{} {}", o["kind"], o["metadata"]["name"])).collect::<Vec<_>>();
+    assert_eq!(names(&observe), names(&enforce));
+    let cert = find(&enforce, "Certificate", "edgegate-webhook");
     assert_eq!(
         cert["spec"]["dnsNames"],
         json!(["edgegate-webhook.edgegate-system.svc", "edgegate-webhook.edgegate-system.svc.cluster.local"])
     );
-    let issuer = find(&objects, "Issuer", "edgegate-ca");
-    assert_eq!(issuer["spec"]["ca"]["secretName"], "edgegate-ca");
+    assert_eq!(find(&enforce, "Issuer", "edgegate-ca")["spec"]["ca"]["secretName"], "edgegate-ca");
+}
+
+/// Every combination docs/deploy.md suggests: each optional component added to either step, in
+/// the order the docs give (features, then the certificate source and enforcement, which act on
+/// what the features added, then the image), and the dev overlay.
+#[test]
+fn every_documented_combination_is_installable() {
+    for mode in ["observe", "enforce"] {
+        for extra in [
+            vec!["components/producer"],
+            vec!["components/monitoring"],
+            vec!["components/trim"],
+            vec!["components/without-crd"],
+            vec!["components/producer", "components/monitoring", "components/trim"],
+        ] {
+            let mut components = extra.clone();
+            components.push("components/cert-manager");
+            if mode == "enforce" {
+                components.push("components/enforce");
+            }
+            components.push("components/images");
+            let name = format!("{mode}-{}", extra.join("-").replace("components/", ""));
+            let objects = compose(&name, &["base"], &components);
+            assert_common(&objects);
+            assert_installable(&objects);
+            assert_mode(&objects, if mode == "observe" { Mode::Observe } else { Mode::Enforce });
+            assert_eq!(has(&objects, "CustomResourceDefinition"), !extra.contains(&"components/without-crd"), "{name}");
+        }
+    }
+    let dev = dev_overlay();
+    assert_common(&dev);
+    assert_installable(&dev);
+    assert_mode(&dev, Mode::Enforce);
+    // The dev certificate source, watching, with trim: both configurations get its CA.
+    let observe_dev =
+        compose("observe-dev-trim", &["base"], &["components/trim", "components/dev-certs", "components/images"]);
+    assert_installable(&observe_dev);
+    assert_mode(&observe_dev, Mode::Observe);
+    assert!(has(&observe_dev, "MutatingWebhookConfiguration"));
 }
 
 #[test]
-fn dev_overlay_carries_the_ca_bundle_and_the_secret() {
+fn the_webhook_mounts_its_certificate_where_its_flags_point() {
     let objects = dev_overlay();
-    assert_common(&objects);
-    let secret = find(&objects, "Secret", "edgegate-webhook-tls");
-    let bundle =
-        find(&objects, "ValidatingWebhookConfiguration", "edgegate")["webhooks"][0]["clientConfig"]["caBundle"].clone();
-    let strip = |v: &Value| v.as_str().unwrap_or_default().split_whitespace().collect::<String>();
-    assert!(!strip(&bundle).is_empty());
-    assert_eq!(strip(&bundle), strip(&secret["data"]["ca.crt"]));
-    // The webhook mounts that Secret where its --tls-cert/--tls-key point.
     let webhook = &find(&objects, "Deployment", "edgegate-webhook")["spec"]["template"]["spec"];
-    assert_eq!(webhook["volumes"][0]["secret"]["secretName"], "edgegate-webhook-tls");
     let mount = webhook["containers"][0]["volumeMounts"][0]["mountPath"].as_str().unwrap_or_default().to_owned();
     let args = webhook["containers"][0]["args"].to_string();
     assert!(
@@ -232,30 +366,44 @@ fn dev_overlay_carries_the_ca_bundle_and_the_secret() {
     );
 }
 
+/// Sizing from the measured figures, and nothing that stalls a drain or a rollout.
 #[test]
-fn without_crd_component_leaves_the_crd_out() {
-    let dir = repo().join("target/deploy-test/without-crd");
-    std::fs::create_dir_all(&dir).expect("mkdir");
-    std::fs::write(
-        dir.join("kustomization.yaml"),
-        "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources: [../../../deploy/base]\ncomponents: [../../../deploy/components/without-crd]\n",
-    )
-    .expect("write");
-    let objects = render(&dir);
-    assert!(!has(&objects, "CustomResourceDefinition"));
-    assert_common(&objects);
-
-    let trim = repo().join("target/deploy-test/trim");
-    std::fs::create_dir_all(&trim).expect("mkdir");
-    std::fs::write(
-        trim.join("kustomization.yaml"),
-        "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources: [../../../deploy/base]\ncomponents: [../../../deploy/components/trim]\n",
-    )
-    .expect("write");
-    let objects = render(&trim);
-    let mwc = find(&objects, "MutatingWebhookConfiguration", "edgegate");
-    assert_eq!(mwc["webhooks"][0]["clientConfig"]["service"]["path"], "/mutate");
-    assert_eq!(mwc["webhooks"][0]["sideEffects"], "None");
+fn sizing_priority_spread_and_disruption_budgets() {
+    let objects =
+        compose("sizing", &["base"], &["components/producer", "components/cert-manager", "components/images"]);
+    let mib = |q: &Value| {
+        let q = q.as_str().unwrap_or_default();
+        q.strip_suffix("Mi").and_then(|n| n.parse::<u64>().ok()).unwrap_or_else(|| panic!("memory {q} in Mi"))
+    };
+    // (name, measured MiB at the largest hub measured: docs/performance.md, docs/producer.md)
+    for (name, measured) in [("edgegate-webhook", 74), ("edgegate-pruner", 178), ("edgegate-producer", 80)] {
+        let resources = &find(&objects, "Deployment", name)["spec"]["template"]["spec"]["containers"][0]["resources"];
+        let (request, limit) = (mib(&resources["requests"]["memory"]), mib(&resources["limits"]["memory"]));
+        assert!(
+            request >= measured && limit >= 2 * measured,
+            "{name}: request {request}Mi, limit {limit}Mi vs {measured} MiB measured"
+        );
+        let pdb = find(&objects, "PodDisruptionBudget", name);
+        assert_eq!(
+            pdb["spec"]["unhealthyPodEvictionPolicy"], "AlwaysAllow",
+            "{name}: an unready pod never stalls a drain"
+        );
+    }
+    let webhook = &find(&objects, "Deployment", "edgegate-webhook")["spec"]["template"]["spec"];
+    assert_eq!(webhook["priorityClassName"], "edgegate-webhook");
+    assert!(find(&objects, "PriorityClass", "edgegate-webhook")["value"].as_u64().is_some_and(|v| v < 1_000_000_000));
+    let keys: Vec<&str> = webhook["topologySpreadConstraints"]
+        .as_array()
+        .expect("spread")
+        .iter()
+        .filter_map(|c| c["topologyKey"].as_str())
+        .collect();
+    assert_eq!(keys, ["kubernetes.io/hostname", "topology.kubernetes.io/zone"]);
+    // Metrics only from namespaces that say they scrape; DNS only to cluster DNS.
+    for name in ["edgegate", "edgegate-producer"] {
+        let policy = find(&objects, "NetworkPolicy", name).to_string();
+        assert!(policy.contains("edgegate.datumapis.com/scrape") && policy.contains("kube-dns"), "{policy}");
+    }
 }
 
 #[test]
@@ -264,7 +412,9 @@ fn karmada_hub_overlay_registers_the_webhook_by_url_with_exact_rbac() {
     let vwc = find(&objects, "ValidatingWebhookConfiguration", "edgegate");
     let hook = &vwc["webhooks"][0];
     assert_eq!(hook["clientConfig"], json!({"url": "https://edgegate-webhook.edgegate-system.svc:443/validate"}));
-    assert_eq!(hook["failurePolicy"], "Fail");
+    assert_mode(&objects, Mode::Observe);
+    let enforcing = compose("karmada-hub-enforce", &["overlays/karmada-hub/hub"], &["components/enforce"]);
+    assert_mode(&enforcing, Mode::Enforce);
     assert!(hook["timeoutSeconds"].as_u64().is_some_and(|t| t <= 5));
     let (key, value) = edgegate::core::selector::DEFAULT_COPY_SELECTOR.split_once('=').expect("k=v");
     assert_eq!(hook["objectSelector"], json!({"matchLabels": {key: value}}));
@@ -285,6 +435,12 @@ fn karmada_hub_overlay_registers_the_webhook_by_url_with_exact_rbac() {
 #[test]
 fn karmada_host_overlay_runs_the_binaries_against_the_hub() {
     let objects = render(&repo().join("deploy/overlays/karmada-hub/host"));
+    assert_installable(&objects);
+    assert_mode(&objects, Mode::Observe);
+    assert_mode(
+        &compose("karmada-host-enforce", &["overlays/karmada-hub/host"], &["components/enforce"]),
+        Mode::Enforce,
+    );
     assert!(
         !has(&objects, "ClusterRole") && !has(&objects, "ValidatingWebhookConfiguration"),
         "hub objects stay on the hub"
@@ -324,7 +480,15 @@ fn karmada_host_overlay_runs_the_binaries_against_the_hub() {
 #[test]
 fn producer_component_adds_the_producer_with_exact_rbac() {
     use edgegate::runtime::rbac::{PRODUCER_HUB, PRODUCER_LEASE, PRODUCER_PROJECT};
-    let objects = render(&repo().join("deploy/overlays/with-producer"));
+    let objects = compose("producer", &["overlays/enforce"], &["components/producer"]);
+    // Added after the overlay's components/images, the producer keeps the bare name: the docs
+    // say to list components/images last in one kustomization, and this is why.
+    assert_eq!(
+        find(&objects, "Deployment", "edgegate-producer")["spec"]["template"]["spec"]["containers"][0]["image"],
+        "edgegate"
+    );
+    let objects =
+        compose("producer-last", &["base"], &["components/producer", "components/cert-manager", "components/images"]);
     assert_common(&objects);
     let producer = find(&objects, "Deployment", "edgegate-producer");
     assert_args_match(producer, edgegate_producer::args::Args::command());
@@ -337,7 +501,8 @@ fn producer_component_adds_the_producer_with_exact_rbac() {
 
 #[test]
 fn monitoring_component_adds_rules_monitors_and_the_dashboard() {
-    let objects = render(&repo().join("deploy/overlays/with-monitoring"));
+    let objects =
+        compose("monitoring", &["base"], &["components/monitoring", "components/cert-manager", "components/images"]);
     assert_common(&objects);
     let rule = find(&objects, "PrometheusRule", "edgegate");
     assert_eq!(rule["metadata"]["namespace"], "edgegate-system");

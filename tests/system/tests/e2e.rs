@@ -471,11 +471,8 @@ async fn every_overlay_applies_server_side_dry_run() {
         }
     }
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let certs = repo().join("deploy/overlays/dev/certs");
-    if !certs.join("tls.crt").exists() {
-        std::process::Command::new(repo().join("certs/dev-certs.sh")).arg(&certs).output().expect("dev-certs.sh");
-    }
-    for overlay in ["deploy/overlays/dev", "deploy/overlays/with-cert-manager"] {
+    deploy_dev_certs();
+    for overlay in ["deploy/overlays/dev", "deploy/overlays/observe", "deploy/overlays/enforce"] {
         let render =
             std::process::Command::new("kubectl").arg("kustomize").arg(repo().join(overlay)).output().expect("kubectl");
         assert!(render.status.success());
