@@ -1,0 +1,122 @@
+#!/usr/bin/env bash
+# Build edgegate's container image without a container engine: a docker-style image tarball
+# (what `crane push` and `docker load` read) holding
+#   layer 1: libc6 and libgcc-s1 from Debian (apt-get download, dpkg-deb -x), /etc/passwd and
+#            /etc/group with the user nonroot (65532), /tmp, /home/nonroot;
+#   layer 2: /usr/local/bin/{edgegate-webhook,edgegate-pruner,edgegate-producer,edgegate};
+# run as 65532:65532 with the webhook as entrypoint, as the Dockerfile's image.
+#
+#   scripts/image.sh [--bin-dir DIR] [--out FILE]
+#
+# --bin-dir: where the four binaries are (default: target/release, after
+# `cargo build --release --locked --workspace --bins`). --out: the archive (default:
+# target/edgegate-image.tar). Prints the image digest (sha256:...) and the archive's path, one a
+# line.
+#
+# Reproducible: the same binaries, packages, commit and SOURCE_DATE_EPOCH (default 0, the time of
+# every file and of the image) give the same digest. The builder (tests/image, go-containerregistry)
+# is built once into a cache keyed by its version, as are the .deb files; both under a lock, so
+# two runs at once are safe.
+set -euo pipefail
+umask 022
+repo=$(cd "$(dirname "$0")/.." && pwd)
+target=${CARGO_TARGET_DIR:-$repo/target}
+bin_dir=
+out=$target/edgegate-image.tar
+while [[ $# -gt 0 ]]; do
+  case $1 in
+    --bin-dir) bin_dir=$2; shift 2 ;;
+    --bin-dir=*) bin_dir=${1#*=}; shift ;;
+    --out) out=$2; shift 2 ;;
+    --out=*) out=${1#*=}; shift ;;
+    -h | --help) sed -n '2,/^set -e/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+    *) echo "image.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
+  esac
+done
+arch=$(dpkg --print-architecture)
+[[ $arch == amd64 ]] || { echo "image.sh: the image is linux/amd64; this machine's packages are $arch" >&2; exit 1; }
+cache_root=${EDGEGATE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/edgegate}
+
+# The builder, keyed by the go-containerregistry version (the directory) and by its own source
+# (the file name), so an edited main.go is rebuilt.
+src=$repo/tests/image
+ggcr=$(awk '{for (i = 1; i < NF; i++) if ($i == "github.com/google/go-containerregistry") print $(i + 1)}' "$src/go.mod")
+src_hash=$(cat "$src/go.mod" "$src/go.sum" "$src/main.go" | sha256sum | cut -c1-12)
+builder_dir=$cache_root/image-builder/$ggcr
+builder=$builder_dir/image-builder-$src_hash
+if [[ ! -x $builder ]]; then
+  mkdir -p "$builder_dir"
+  exec 9>"$builder_dir/.lock"
+  flock 9
+  if [[ ! -x $builder ]]; then # else built by whoever held the lock before us
+    start=$(date +%s)
+    (cd "$src" && GOFLAGS=-mod=mod go build -p 2 -trimpath -ldflags "-s -w" -o "$builder.tmp" .) >&2
+    mv "$builder.tmp" "$builder"
+    echo "built the image builder (go-containerregistry $ggcr) in $(( $(date +%s) - start ))s" >&2
+  fi
+  exec 9>&-
+fi
+
+# The binaries.
+if [[ -z $bin_dir ]]; then
+  (cd "$repo" && cargo build --release --locked --workspace --bins) >&2
+  bin_dir=$target/release
+fi
+for b in edgegate-webhook edgegate-pruner edgegate-producer edgegate; do
+  [[ -x $bin_dir/$b ]] || { echo "image.sh: $bin_dir/$b is missing" >&2; exit 1; }
+done
+
+# The packages: apt's candidate versions, each .deb downloaded once into the cache.
+debs=$cache_root/image-debs
+mkdir -p "$debs"
+exec 8>"$debs/.lock"
+flock 8
+candidate() { apt-cache policy "$1" | awk '$1 == "Candidate:" { print $2 }'; }
+deb_files=()
+notes=()
+for pkg in libc6 libgcc-s1; do
+  version=$(candidate "$pkg")
+  if [[ -z $version || $version == "(none)" ]]; then
+    apt-get update -qq >&2
+    version=$(candidate "$pkg")
+  fi
+  # Debian file names write the epoch's ':' as %3a.
+  file=$debs/${pkg}_${version//:/%3a}_${arch}.deb
+  if [[ ! -s $file ]]; then
+    # Into a fresh directory first, so an interrupted download never leaves a cut .deb behind.
+    rm -rf "$debs/.partial" && mkdir "$debs/.partial"
+    if ! (cd "$debs/.partial" && apt-get download -qq -o APT::Sandbox::User=root "$pkg=$version") >&2; then
+      apt-get update -qq >&2
+      version=$(candidate "$pkg")
+      file=$debs/${pkg}_${version//:/%3a}_${arch}.deb
+      (cd "$debs/.partial" && apt-get download -qq -o APT::Sandbox::User=root "$pkg=$version") >&2
+    fi
+    mv "$debs/.partial/$(basename "$file")" "$file"
+    rm -rf "$debs/.partial"
+  fi
+  [[ -s $file ]] || { echo "image.sh: apt-get download $pkg=$version gave no $file" >&2; exit 1; }
+  deb_files+=("$file")
+  notes+=("$pkg=$version")
+done
+exec 8>&-
+
+work=$(mktemp -d "${TMPDIR:-/tmp}/edgegate-image.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+mkdir "$work/rootfs"
+for f in "${deb_files[@]}"; do
+  dpkg-deb -x "$f" "$work/rootfs"
+done
+
+version=$(awk -F'"' '/^\[workspace.package\]/ { in_ws = 1; next } /^\[/ { in_ws = 0 } in_ws && /^version *=/ { print $2; exit }' "$repo/Cargo.toml")
+source_url=$(awk -F'"' '/^\[workspace.package\]/ { in_ws = 1; next } /^\[/ { in_ws = 0 } in_ws && /^repository *=/ { print $2; exit }' "$repo/Cargo.toml")
+revision=$(git -C "$repo" rev-parse HEAD 2>/dev/null || echo unknown)
+mkdir -p "$(dirname "$out")"
+out=$(cd "$(dirname "$out")" && pwd)/$(basename "$out")
+start=$(date +%s)
+digest=$("$builder" \
+  --rootfs "$work/rootfs" --packages "${notes[*]}" --bin-dir "$bin_dir" --out "$out" \
+  --tag "ghcr.io/datum-cloud/edgegate:v$version" --epoch "${SOURCE_DATE_EPOCH:-0}" \
+  --source "$source_url" --revision "$revision" --version "$version")
+echo "wrote $out ($(du -h "$out" | cut -f1), ${notes[*]}) in $(( $(date +%s) - start ))s" >&2
+echo "$digest"
+echo "$out"
