@@ -126,6 +126,19 @@ pub async fn eventually(limit: Duration, what: &str, mut check: impl AsyncFnMut(
     start.elapsed()
 }
 
+/// May this test do what needs root (`why`: network namespaces, chroot)? Not without it: then it
+/// prints that it is skipped, except under CI (`CI` set; CI runs as root), where a test that
+/// cannot run fails instead.
+pub fn runs_as_root(why: &str) -> bool {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    if status.lines().find_map(|l| l.strip_prefix("Uid:")).and_then(|ids| ids.split_whitespace().nth(1)) == Some("0") {
+        return true;
+    }
+    assert!(std::env::var_os("CI").is_none(), "CI=true but not root: {why} needs root");
+    eprintln!("skipped: {why} needs root (CI runs as root)");
+    false
+}
+
 /// A running binary, killed when dropped.
 pub struct Process {
     pub child: Child,

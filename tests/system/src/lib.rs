@@ -4,3 +4,5 @@
 
 pub mod control_plane;
 pub mod helpers;
+pub mod netns;
+pub mod secret_volume;

@@ -4,6 +4,7 @@
 //! withdrawal must resume on its own and finish soon after the API server is back.
 
 use edgegate_system_tests::helpers::*;
+use edgegate_system_tests::netns::{NetNs, kubeconfig_through_link};
 use futures::StreamExt;
 
 const COPIES: usize = 2000;
@@ -117,91 +118,12 @@ async fn mass_withdrawal_survives_an_etcd_restart() {
     withdrawal_survives("etcd").await;
 }
 
-/// The test's own hosts: a network namespace joined to this one by a veth pair, in the RFC 2544
-/// benchmarking range so they can meet nothing real. Torn down when dropped.
-struct NetNs {
-    name: String,
-    host_link: String,
-}
-
-const NETNS_HOST_ADDRESS: &str = "198.18.77.1";
-const NETNS_ADDRESS: &str = "198.18.77.2";
-
-fn ip(args: &[&str]) {
-    let status = std::process::Command::new("ip").args(args).status().expect("ip");
-    assert!(status.success(), "ip {}", args.join(" "));
-}
-
-impl NetNs {
-    fn create() -> NetNs {
-        let id = std::process::id() % 100_000;
-        let (name, host_link, ns_link) = (format!("edgegate-{id}"), format!("eg{id}h"), format!("eg{id}n"));
-        ip(&["netns", "add", &name]);
-        let netns = NetNs { name, host_link };
-        ip(&["link", "add", &netns.host_link, "type", "veth", "peer", "name", &ns_link]);
-        ip(&["link", "set", &ns_link, "netns", &netns.name]);
-        ip(&["addr", "add", &format!("{NETNS_HOST_ADDRESS}/30"), "dev", &netns.host_link]);
-        ip(&["link", "set", &netns.host_link, "up"]);
-        let inside = |args: &[&str]| ip(&[&["netns", "exec", &netns.name, "ip"], args].concat());
-        inside(&["addr", "add", &format!("{NETNS_ADDRESS}/30"), "dev", &ns_link]);
-        inside(&["link", "set", &ns_link, "up"]);
-        inside(&["link", "set", "lo", "up"]);
-        netns
-    }
-
-    /// Drop the link (no reset reaches either side: packets just stop) or bring it back.
-    fn link(&self, up: bool) {
-        ip(&["link", "set", &self.host_link, if up { "up" } else { "down" }]);
-    }
-
-    /// An HTTP status from inside the namespace.
-    fn http_status(&self, url: &str) -> u16 {
-        let out = self.curl(&["-o", "/dev/null", "-w", "%{http_code}", url]);
-        out.trim().parse().unwrap_or(0)
-    }
-
-    fn curl(&self, args: &[&str]) -> String {
-        let out = std::process::Command::new("ip")
-            .args(["netns", "exec", &self.name, "curl", "-s", "--max-time", "2"])
-            .args(args)
-            .output()
-            .expect("curl in the namespace");
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    }
-}
-
-impl Drop for NetNs {
-    fn drop(&mut self) {
-        let _ = std::process::Command::new("ip").args(["link", "del", &self.host_link]).status();
-        let _ = std::process::Command::new("ip").args(["netns", "del", &self.name]).status();
-    }
-}
-
-/// Plain TCP from `listener` to `to`, so that the API server on loopback is reachable from the
-/// namespace only through the veth link.
-async fn forward(listener: tokio::net::TcpListener, to: std::net::SocketAddr) {
-    while let Ok((mut inbound, _)) = listener.accept().await {
-        tokio::spawn(async move {
-            if let Ok(mut outbound) = tokio::net::TcpStream::connect(to).await {
-                let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
-            }
-        });
-    }
-}
-
-fn is_root() -> bool {
-    std::process::Command::new("id").arg("-u").output().is_ok_and(|o| o.stdout.starts_with(b"0\n"))
-}
-
 /// The pruner in a network namespace whose only way to the API server is one veth link, and the
 /// link dropped: it deletes nothing while cut off (not even once the record is emptied behind its
 /// back), says so on /readyz, and resumes on its own soon after the link heals.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pruner_cut_off_from_the_api_server() {
-    if !is_root() {
-        // CI runs as root: there, a partition test that does not run is a failure, not a skip.
-        assert!(std::env::var_os("CI").is_none(), "CI=true but not root: network namespaces need root");
-        eprintln!("skipped: network namespaces need root (CI runs as root)");
+    if !runs_as_root("a network namespace") {
         return;
     }
     let _serial = ONE_AT_A_TIME.lock().await;
@@ -222,14 +144,7 @@ async fn pruner_cut_off_from_the_api_server() {
     }
 
     let netns = NetNs::create();
-    let listener = tokio::net::TcpListener::bind((NETNS_HOST_ADDRESS, 0)).await.expect("bind on the link");
-    let through = listener.local_addr().expect("addr");
-    let api_server: std::net::SocketAddr =
-        cp.server.trim_start_matches("https://").parse().expect("API server address");
-    tokio::spawn(forward(listener, api_server));
-    let kubeconfig = cp.dir.join("netns.kubeconfig");
-    let admin = std::fs::read_to_string(&cp.kubeconfig).expect("kubeconfig");
-    std::fs::write(&kubeconfig, admin.replace(&cp.server, &format!("https://{through}"))).expect("kubeconfig");
+    let kubeconfig = kubeconfig_through_link(&cp, "netns.kubeconfig").await;
 
     let port = free_port();
     let log = cp.dir.join("pruner-netns.log");

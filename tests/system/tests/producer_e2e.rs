@@ -47,6 +47,32 @@ async fn proxy(client: &Client, ns: &str, name: &str, backends: serde_json::Valu
     put(client, ns, "HTTPProxy", "httpproxies", name, body).await;
 }
 
+/// A project namespace serving `address` through one proxy → service → held interface, and its
+/// hub namespace (no record yet); returns the hub namespace.
+async fn served_namespace(project: &Client, hub: &Client, ns: &str, address: &str) -> String {
+    let hub_ns = format!("ns-{}", project_namespace(project, ns).await);
+    namespace(hub, &hub_ns, &[]).await;
+    service(project, ns, "web", "web").await;
+    interface(project, ns, "web-1", "web", "Bound", address).await;
+    proxy(project, ns, "web", json!([{"networkService": {"name": "web"}}])).await;
+    hub_ns
+}
+
+/// A producer reading every project kubeconfig in `dir`.
+fn start_producer_dir(hub: &ControlPlane, dir: &Path, extra: &[&str]) -> Process {
+    let port = free_port();
+    let log = hub.dir.join(format!("producer-{port}.log"));
+    let mut args = vec![
+        format!("--kubeconfig={}", hub.kubeconfig.display()),
+        format!("--projects-dir={}", dir.display()),
+        format!("--listen=127.0.0.1:{port}"),
+        "--no-leader-election".to_owned(),
+        "--withdraw-after=0".to_owned(),
+    ];
+    args.extend(extra.iter().map(|s| (*s).to_owned()));
+    Process { child: spawn_guarded(&binary("edgegate-producer"), &args, &log), port, log }
+}
+
 /// The hub record's addresses; `None` without a record.
 async fn record(hub: &Client, hub_ns: &str) -> Option<Vec<String>> {
     let api: Api<edgegate::EdgeReachability> = Api::namespaced(hub.clone(), hub_ns);
@@ -304,24 +330,10 @@ async fn producer_between_a_project_and_the_hub() {
 async fn projects_dir_engages_and_disengages_projects() {
     let hub_cp = shared();
     let (project_cp, hub, project) = project_beside(hub_cp).await;
-    let hub_ns = format!("ns-{}", project_namespace(&project, "dir-a").await);
-    namespace(&hub, &hub_ns, &[]).await;
-    service(&project, "dir-a", "web", "web").await;
-    interface(&project, "dir-a", "web-1", "web", "Bound", "fd20:0:d1::1").await;
-    proxy(&project, "dir-a", "web", json!([{"networkService": {"name": "web"}}])).await;
-
+    let hub_ns = served_namespace(&project, &hub, "dir-a", "fd20:0:d1::1").await;
     let dir = tempfile::tempdir().expect("tempdir");
-    let port = free_port();
-    let log = hub_cp.dir.join(format!("producer-{port}.log"));
-    let args = [
-        format!("--kubeconfig={}", hub_cp.kubeconfig.display()),
-        format!("--projects-dir={}", dir.path().display()),
-        format!("--listen=127.0.0.1:{port}"),
-        "--no-leader-election".to_owned(),
-        "--resync=2s".to_owned(),
-        "--withdraw-after=0".to_owned(),
-    ];
-    let producer = Process { child: spawn_guarded(&binary("edgegate-producer"), &args, &log), port, log };
+    let producer = start_producer_dir(hub_cp, dir.path(), &["--resync=2s"]);
+    let port = producer.port;
     eventually(Duration::from_secs(30), "ready with no project", async || {
         http_status(&format!("http://127.0.0.1:{port}/readyz"), None) == 200
     })
@@ -496,27 +508,15 @@ async fn a_selector_edited_before_the_interfaces_withdraws_nothing() {
 async fn one_unreachable_project_leaves_the_producer_ready() {
     let hub_cp = shared();
     let (project_cp, hub, project) = project_beside(hub_cp).await;
-    let hub_ns = format!("ns-{}", project_namespace(&project, "bad-a").await);
-    namespace(&hub, &hub_ns, &[]).await;
-    service(&project, "bad-a", "web", "web").await;
-    interface(&project, "bad-a", "nic-1", "web", "Bound", "fd20:0:ba::1").await;
-    proxy(&project, "bad-a", "web", json!([{"networkService": {"name": "web"}}])).await;
+    let hub_ns = served_namespace(&project, &hub, "bad-a", "fd20:0:ba::1").await;
 
     let dir = tempfile::tempdir().expect("tempdir");
     std::fs::copy(&project_cp.kubeconfig, dir.path().join("good.kubeconfig")).expect("good project");
     let text = std::fs::read_to_string(&project_cp.kubeconfig).expect("kubeconfig");
     std::fs::write(dir.path().join("gone.kubeconfig"), text.replace(&project_cp.server, "https://127.0.0.1:1"))
         .expect("unreachable project");
-    let port = free_port();
-    let log = hub_cp.dir.join(format!("producer-{port}.log"));
-    let args = [
-        format!("--kubeconfig={}", hub_cp.kubeconfig.display()),
-        format!("--projects-dir={}", dir.path().display()),
-        format!("--listen=127.0.0.1:{port}"),
-        "--no-leader-election".to_owned(),
-        "--withdraw-after=0".to_owned(),
-    ];
-    let producer = Process { child: spawn_guarded(&binary("edgegate-producer"), &args, &log), port, log };
+    let producer = start_producer_dir(hub_cp, dir.path(), &[]);
+    let port = producer.port;
     let took = eventually(Duration::from_secs(30), "ready", async || {
         http_status(&format!("http://127.0.0.1:{port}/readyz"), None) == 200
     })
