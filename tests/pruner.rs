@@ -111,7 +111,7 @@ impl Harness {
         let records = Arc::new(RecordStore::new("default"));
         let copies = Arc::new(CopyIndex::default());
         let changes_tx_again = changes_tx.clone();
-        start_watches(&client, &CopySelector::default(), &records, &copies, changes_tx);
+        start_watches(&client, &CopySelector::default(), &records, &copies, changes_tx, None);
         let (leader_rx, leader) = Grant::new();
         if leading {
             leader.until(Some(far_future()));
@@ -125,7 +125,7 @@ impl Harness {
             selector: CopySelector::default(),
             dry_run,
             pacer: Pacer::new(Duration::ZERO),
-            grace: Mutex::new(Hold::new(Duration::ZERO)),
+            grace: Arc::new(Mutex::new(Hold::new(Duration::ZERO))),
             again: Some(changes_tx_again),
             leader: leader_rx,
             metrics: Arc::clone(&metrics),
@@ -310,7 +310,7 @@ fn held_pruner(
         selector: CopySelector::default(),
         dry_run: false,
         pacer: Pacer::new(pace),
-        grace: Mutex::new(Hold::new(grace)),
+        grace: Arc::new(Mutex::new(Hold::new(grace))),
         again: None,
         leader,
         metrics: Arc::new(Metrics::new()),
@@ -400,4 +400,27 @@ async fn a_copy_is_deleted_only_once_unnamed_for_the_whole_grace() {
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert_eq!(pruner.pass(&ns).await, [Outcome::Deleted], "unnamed for the whole grace");
     assert_eq!(deletes(), 1);
+}
+
+#[tokio::test]
+async fn a_record_that_names_the_copy_for_a_moment_while_its_deletion_waits_restarts_the_grace() {
+    // Both copies are due; the second waits 400 ms for its turn, and meanwhile the record names
+    // its address and drops it again. The watch shows that moment to the grace: kept.
+    let grace = Duration::from_millis(200);
+    let copies = vec![copy("ns-a", "web-0", &["fd00::10"]), copy("ns-a", "web-1", &["fd00::11"])];
+    let (pruner, log, store) = held_pruner(vec![record("ns-a", &[])], copies, Duration::from_millis(400), grace);
+    let mut observe = edgegate_pruner::pruner::named_again(Arc::clone(&pruner.grace), Arc::clone(&pruner.copies));
+    let ns = Scope::Namespace("ns-a".into());
+    assert!(pruner.pass(&ns).await.is_empty(), "held");
+    tokio::time::sleep(grace).await;
+    let pass = tokio::spawn(async move { pruner.pass(&Scope::Namespace("ns-a".into())).await });
+    let started = Instant::now();
+    while !log.lock().expect("log").iter().any(|s| s.method == "DELETE") {
+        assert!(started.elapsed() < Duration::from_secs(5), "no first DELETE");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    observe("ns-a", &edgegate::Record::from_entries(["fd00::11"]));
+    store.upsert("ns-a", edgegate::Record::from_entries(Vec::<&str>::new()));
+    assert_eq!(pass.await.expect("pass"), [Outcome::Deleted, Outcome::Skipped]);
+    assert_eq!(log.lock().expect("log").iter().filter(|s| s.method == "DELETE").count(), 1);
 }

@@ -24,6 +24,8 @@ pub struct Metrics {
     registry: Registry,
     projects: Family<StateLabels, Gauge>,
     project_synced: Family<ProjectLabels, Gauge>,
+    /// The projects `project_synced` has a series for, so a disengaged one's goes.
+    known: std::sync::Mutex<std::collections::BTreeSet<String>>,
     writes: Family<ResultLabels, Counter>,
     addresses: Histogram,
     recompute: Histogram,
@@ -57,7 +59,7 @@ impl Metrics {
         for result in crate::producer::Written::COUNTED.map(crate::producer::Written::label) {
             let _ = writes.get_or_create(&ResultLabels { result });
         }
-        Metrics { registry, projects, project_synced, writes, addresses, recompute, leader }
+        Metrics { registry, projects, project_synced, known: Default::default(), writes, addresses, recompute, leader }
     }
 
     pub fn write(&self, result: &'static str) {
@@ -85,10 +87,17 @@ impl Metrics {
         let unsynced = projects.len() - synced;
         self.projects.get_or_create(&StateLabels { state: "synced" }).set(i64::try_from(synced).unwrap_or(0));
         self.projects.get_or_create(&StateLabels { state: "unsynced" }).set(i64::try_from(unsynced).unwrap_or(0));
-        self.project_synced.clear();
+        // Set each series in place and remove only those of projects that are gone: a scrape
+        // between the two never sees an engaged project's series missing.
+        let mut known = self.known.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         for (project, synced) in projects {
             self.project_synced.get_or_create(&ProjectLabels { project: project.clone() }).set(i64::from(*synced));
         }
+        let now: std::collections::BTreeSet<String> = projects.iter().map(|(p, _)| p.clone()).collect();
+        for gone in known.difference(&now) {
+            self.project_synced.remove(&ProjectLabels { project: gone.clone() });
+        }
+        *known = now;
     }
 
     pub fn encode(&self) -> String {

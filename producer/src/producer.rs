@@ -101,11 +101,14 @@ impl Producer {
 
     /// Derive one project namespace and write its record if, and only if, that is safe and needed.
     pub async fn write(&self, project: &str, index: &ProjectIndex, namespace: &str) -> Written {
-        if !self.leader.is_leader() || !index.synced() || !self.view.synced() {
-            return Written::Skipped;
-        }
         let Some(uid) = index.uid(namespace) else { return Written::Skipped };
         let hub_ns = format!("ns-{uid}");
+        if !self.leader.is_leader() || !index.synced() || !self.view.synced() {
+            // Nothing observed now: a withdrawal's run must not span the gap (the answer may
+            // have named the address again meanwhile, unseen); it starts again at the next look.
+            self.end_withdrawals(|ns| ns == hub_ns);
+            return Written::Skipped;
+        }
         if !self.view.has_namespace(&hub_ns) {
             tracing::debug!(project, namespace, hub_namespace = hub_ns, "no hub namespace yet; nothing written");
             return Written::NoHubNamespace;
@@ -195,18 +198,26 @@ impl Producer {
         }
     }
 
+    /// End the withdrawal runs of the hub namespaces `which` names.
+    fn end_withdrawals(&self, which: impl Fn(&str) -> bool) {
+        self.withdrawals.lock().unwrap_or_else(std::sync::PoisonError::into_inner).end(|(ns, _)| which(ns));
+    }
+
     /// The answer plus the addresses the record names that the answer has lacked for less than
-    /// `--withdraw-after`, sorted as the answer is.
+    /// `--withdraw-after`, sorted as the answer is. Held addresses never push the record over
+    /// the limit: an answer that fits is written, with as many held ones as fit beside it (an
+    /// addition must not wait for a withdrawal).
     fn with_held_withdrawals(&self, hub_ns: &str, answer: Vec<String>) -> Vec<String> {
         let lacking: Vec<String> = self.view.with_record(hub_ns, |current| {
             let Some(current) = current else { return Vec::new() };
             let answer: std::collections::HashSet<&str> = answer.iter().map(String::as_str).collect();
             current.iter().filter(|a| !answer.contains(a.as_str())).cloned().collect()
         });
-        let held = self.hold_withdrawals(hub_ns, lacking);
-        if held.is_empty() {
+        let mut held = self.hold_withdrawals(hub_ns, lacking);
+        if held.is_empty() || answer.len() > MAX_RECORD_ADDRESSES {
             return answer;
         }
+        held.truncate(MAX_RECORD_ADDRESSES - answer.len());
         let mut addresses = answer;
         addresses.extend(held);
         addresses.sort_unstable();
@@ -281,6 +292,16 @@ impl Producer {
     /// Write what `triggers` ask for, each namespace once.
     pub async fn pass(&self, triggers: &[Trigger]) -> Vec<Written> {
         self.set_state();
+        if triggers.contains(&Trigger::Hub(Change::All)) {
+            // Withdrawals held for hub namespaces no engaged project has any more (a project
+            // namespace deleted, a project disengaged) are over: nothing will look at them again.
+            let live: BTreeSet<String> = self
+                .projects()
+                .iter()
+                .flat_map(|(_, index)| index.namespaces().into_iter().map(|(_, uid)| format!("ns-{uid}")))
+                .collect();
+            self.end_withdrawals(|ns| !live.contains(ns));
+        }
         let mut seen = BTreeSet::new();
         let mut outcomes = Vec::new();
         for trigger in triggers {
@@ -315,9 +336,15 @@ impl Producer {
             // Whatever else arrived meanwhile joins this pass: a burst of events, one write each.
             let mut batch = vec![first];
             batch.extend(std::iter::from_fn(|| wakeups.try_next_change()));
+            let pass = self.pass(&batch);
+            tokio::pin!(pass);
             tokio::select! {
-                () = shutdown.cancelled() => return,
-                _ = self.pass(&batch) => {}
+                _ = &mut pass => {}
+                () = shutdown.cancelled() => {
+                    // The writes it has sent complete before the Lease is handed over.
+                    let _ = tokio::time::timeout(Duration::from_secs(2), pass).await;
+                    return;
+                }
             }
         }
     }

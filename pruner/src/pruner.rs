@@ -63,7 +63,28 @@ impl Pacer {
 }
 
 /// A held deletion: the copy by namespace, name and uid (a copy re-created is a new one).
-type CopyKey = (String, String, Option<String>);
+pub type CopyKey = (String, String, Option<String>);
+
+/// The grace's runs, shared by the passes and the record watch.
+pub type Grace = Arc<Mutex<Hold<CopyKey>>>;
+
+/// What the record watch tells the grace: a record that names one of a held copy's addresses,
+/// even for a moment between two passes, ends that copy's run.
+pub fn named_again(grace: Grace, copies: Arc<CopyIndex>) -> edgegate::index::source::kubernetes::RecordObserver {
+    Box::new(move |namespace, record| {
+        let mut grace = lock(&grace);
+        if grace.is_empty() {
+            return;
+        }
+        grace.end(|(ns, name, _)| {
+            ns == namespace && copies.get(ns, name).is_some_and(|c| c.addresses().any(|a| record.names(a)))
+        });
+    })
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
 
 /// Everything a pass needs.
 pub struct Pruner {
@@ -75,7 +96,7 @@ pub struct Pruner {
     /// Paces deletions, `--max-deletes-per-second`.
     pub pacer: Pacer,
     /// How long a copy must have been unnamed, without a break, before it is deleted (`--grace`).
-    pub grace: Mutex<Hold<CopyKey>>,
+    pub grace: Grace,
     /// Where a namespace is sent to be passed over again, once a held copy becomes due.
     pub again: Option<mpsc::UnboundedSender<Change>>,
     /// Whether this replica may delete now.
@@ -138,6 +159,9 @@ impl Pruner {
             self.copies.len(),
         );
         if !self.may_delete() {
+            // Nothing observed now: runs must not span the gap (the record may name a copy again
+            // meanwhile, unseen), so each starts again once this replica looks again.
+            lock(&self.grace).end(|_| true);
             tracing::debug!(?scope, "pass skipped: not leading, or caches not whole");
             return Vec::new();
         }
@@ -166,10 +190,7 @@ impl Pruner {
             Scope::Namespace(ns) => k.0 == *ns,
             Scope::All => true,
         };
-        let observed = {
-            let mut grace = self.grace.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-            grace.observe(Instant::now(), planned.iter().map(key), in_scope)
-        };
+        let observed = lock(&self.grace).observe(Instant::now(), planned.iter().map(key), in_scope);
         if !observed.held.is_empty() {
             tracing::debug!(held = observed.held.len(), "copies unnamed, inside their grace");
         }
@@ -195,6 +216,13 @@ impl Pruner {
     /// under the record as it is now, may be deleted.
     fn judge_again(&self, planned: &Deletion) -> Option<Deletion> {
         if !self.may_delete() {
+            return None;
+        }
+        // The record may have named the copy again, and dropped it again, while this deletion
+        // waited its turn: the watch then ended its run.
+        let key = (planned.namespace.clone(), planned.name.clone(), planned.uid.clone());
+        if !lock(&self.grace).is_due(&key, Instant::now()) {
+            tracing::info!(namespace = %planned.namespace, name = %planned.name, "record named the copy again meanwhile; kept");
             return None;
         }
         let current = self.copies.get(&planned.namespace, &planned.name)?;
@@ -230,8 +258,7 @@ impl Pruner {
                 // then must not delete it again. A finalizer keeps it; the watch brings it back
                 // as terminating.
                 self.copies.forget(ns, name, now.resource_version.as_deref());
-                let key = (ns.clone(), name.clone(), now.uid.clone());
-                self.grace.lock().unwrap_or_else(std::sync::PoisonError::into_inner).forget(&key);
+                lock(&self.grace).forget(&(ns.clone(), name.clone(), now.uid.clone()));
                 self.record_event(&now).await;
                 Outcome::Deleted
             }
@@ -274,19 +301,44 @@ impl Pruner {
         }
     }
 
-    /// Passes until `shutdown`: one per change of a record or a copy, one over everything on
-    /// each resync tick and whenever this replica becomes leader.
+    /// Passes until `shutdown`: one per namespace whose record or copies changed (a burst of
+    /// events, one pass each), one over everything on each resync tick and whenever this replica
+    /// becomes leader. At shutdown the pass at hand may finish what it started for up to
+    /// [`DRAIN`], while this replica still holds the Lease; only then is it released.
     pub async fn run(self, changes: mpsc::UnboundedReceiver<Change>, resync: Duration, shutdown: CancellationToken) {
         let mut wakeups = Wakeups::new(changes, resync, self.leader.changes());
         while let Some(wakeup) = wakeups.next(&shutdown).await {
-            let scope = match wakeup {
-                Wakeup::Change(Change::Namespace(ns)) => Scope::Namespace(ns),
-                Wakeup::Change(Change::All) | Wakeup::Everything => Scope::All,
-            };
-            tokio::select! {
-                () = shutdown.cancelled() => return,
-                _ = self.pass(&scope) => {}
+            let mut batch = vec![wakeup];
+            batch.extend(std::iter::from_fn(|| wakeups.try_next_change().map(Wakeup::Change)));
+            for scope in scopes(batch) {
+                let pass = self.pass(&scope);
+                tokio::pin!(pass);
+                tokio::select! {
+                    _ = &mut pass => {}
+                    () = shutdown.cancelled() => {
+                        let _ = tokio::time::timeout(DRAIN, pass).await;
+                        return;
+                    }
+                }
             }
         }
     }
+}
+
+/// How long the pass at hand may go on after SIGTERM: the DELETEs it has sent complete before the
+/// Lease is handed over.
+pub const DRAIN: Duration = Duration::from_secs(2);
+
+/// The passes a batch of wakeups asks for, each once: everything, or each namespace.
+fn scopes(batch: Vec<Wakeup<Change>>) -> Vec<Scope> {
+    let mut namespaces = std::collections::BTreeSet::new();
+    for wakeup in batch {
+        match wakeup {
+            Wakeup::Change(Change::Namespace(ns)) => {
+                namespaces.insert(ns);
+            }
+            Wakeup::Change(Change::All) | Wakeup::Everything => return vec![Scope::All],
+        }
+    }
+    namespaces.into_iter().map(Scope::Namespace).collect()
 }

@@ -5,7 +5,7 @@ use std::sync::{Arc, Mutex};
 use edgegate::core::hold::Hold;
 use edgegate::index::copies::{CopyIndex, CopyWriter};
 use edgegate::index::source::follow::follow;
-use edgegate::index::source::kubernetes::{OnWatchError, StoreWriter};
+use edgegate::index::source::kubernetes::{OnWatchError, RecordObserver, StoreWriter};
 use edgegate::runtime::admin::Probes;
 use edgegate::runtime::controller::Controller;
 use edgegate::runtime::lease::Leadership;
@@ -16,14 +16,16 @@ use tokio::sync::mpsc;
 
 use crate::args::Args;
 use crate::metrics::Metrics;
-use crate::pruner::{Pacer, Pruner};
+use crate::pruner::{Grace, Pacer, Pruner, named_again};
 
 pub async fn run(args: Args) -> anyhow::Result<()> {
     let controller = Controller::start(&args.hub, &args.lease.config(&args.lease_name, "edgegate-pruner")).await?;
     let (changes_tx, changes) = mpsc::unbounded_channel();
     let records = Arc::new(RecordStore::new(args.record_name.clone()));
     let copies = Arc::new(CopyIndex::default());
-    start_watches(&controller.hub, &args.copy_selector, &records, &copies, changes_tx.clone());
+    let grace: Grace = Arc::new(Mutex::new(Hold::new(args.grace)));
+    let observer = named_again(Arc::clone(&grace), Arc::clone(&copies));
+    start_watches(&controller.hub, &args.copy_selector, &records, &copies, changes_tx.clone(), Some(observer));
     let metrics = Arc::new(Metrics::new());
     let admin = Admin {
         records: Arc::clone(&records),
@@ -39,7 +41,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         selector: args.copy_selector,
         dry_run: args.dry_run,
         pacer: Pacer::per_second(args.max_deletes_per_second),
-        grace: Mutex::new(Hold::new(args.grace)),
+        grace,
         again: Some(changes_tx),
         leader: controller.leader.clone(),
         metrics,
@@ -58,15 +60,20 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
 }
 
 /// One list and a watch each: EdgeReachability everywhere, and copies by the copy selector.
-/// Both indexes go unsynced on a watch error, and every change and re-list is sent on `changes`.
+/// Both indexes go unsynced on a watch error, and every change and re-list is sent on `changes`;
+/// every record delivered is also shown to `observer`.
 pub fn start_watches(
     client: &Client,
     selector: &edgegate::CopySelector,
     records: &Arc<RecordStore>,
     copies: &Arc<CopyIndex>,
     changes: mpsc::UnboundedSender<edgegate::index::Change>,
+    observer: Option<RecordObserver>,
 ) -> Vec<tokio::task::JoinHandle<()>> {
     let mut record_writer = StoreWriter::new(Arc::clone(records), OnWatchError::Unsync).with_changes(changes.clone());
+    if let Some(observer) = observer {
+        record_writer = record_writer.with_observer(observer);
+    }
     let record_api: Api<EdgeReachability> = Api::all(client.clone());
     let mut copy_writer = CopyWriter::new(Arc::clone(copies)).with_changes(changes);
     let copy_api: Api<Slice> = Api::all(client.clone());

@@ -27,6 +27,8 @@ pub enum Allowed<'a> {
     /// An UPDATE of what already was a copy that carries no address the old object did not: it
     /// publishes nothing new, and refusing it would withdraw nothing.
     NothingNew,
+    /// An UPDATE that removes a terminating copy's last finalizer: the copy is deleted with it.
+    Gone,
 }
 
 /// The outcome for one slice; it borrows from the slice, so deciding allocates nothing but the
@@ -122,6 +124,11 @@ pub fn decide_update<'a>(
     }
     if is_copy(old, selector) && adds_no_address(old, slice) {
         return Decision::Allow(Allowed::NothingNew);
+    }
+    if slice.metadata.deletion_timestamp.is_some() && slice.metadata.finalizers.as_ref().is_none_or(Vec::is_empty) {
+        // Its last finalizer leaves: the API server deletes it with this UPDATE, whatever else
+        // the UPDATE says, so nothing is carried.
+        return Decision::Allow(Allowed::Gone);
     }
     decide(state, slice, selector)
 }
@@ -227,6 +234,11 @@ mod tests {
         let copy_9_1 = copy("proj-a", "web", &["fd00:10::9", "fd00:10::1"]);
         let leaving = terminating(copy_9.clone());
         let leaving_9_a = terminating(copy_9_a.clone());
+        let with_finalizer = |mut s: Slice| {
+            s.metadata.finalizers = Some(vec!["example.com/propagation".into()]);
+            s
+        };
+        let (held, held_9_a) = (with_finalizer(leaving.clone()), with_finalizer(leaving_9_a.clone()));
         let unreadable = unavailable();
         let deny =
             |s: &'static str| move |d: &Decision| matches!(d, Decision::Deny(denial) if denial.addresses.contains(&s));
@@ -248,11 +260,18 @@ mod tests {
                 Box::new(allowed(Allowed::NothingNew)),
             ),
             (
-                "terminating copy gains an unnamed address",
+                "terminating copy gains an unnamed address, a finalizer stays",
                 &unnamed,
-                &leaving,
-                &leaving_9_a,
+                &held,
+                &held_9_a,
                 Box::new(deny("fd00:10::a")),
+            ),
+            (
+                "its last finalizer leaves, in an UPDATE that also adds an address",
+                &unnamed,
+                &held,
+                &leaving_9_a,
+                Box::new(allowed(Allowed::Gone)),
             ),
             (
                 "metadata-only update of an unnamed copy",

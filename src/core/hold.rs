@@ -70,6 +70,18 @@ impl<K: Hash + Eq + Clone> Hold<K> {
         self.since.remove(key);
     }
 
+    /// Has `key` been so, without a break, for `after` at `now`? Always with a zero `after`.
+    pub fn is_due(&self, key: &K, now: Instant) -> bool {
+        self.after.is_zero()
+            || self.since.get(key).is_some_and(|since| now.saturating_duration_since(*since) >= self.after)
+    }
+
+    /// End the runs of the keys `ended` says are no longer so (seen between observations), and
+    /// keep the others.
+    pub fn end(&mut self, mut ended: impl FnMut(&K) -> bool) {
+        self.since.retain(|k, _| !ended(k));
+    }
+
     /// How many keys are held.
     pub fn len(&self) -> usize {
         self.since.len()
@@ -124,6 +136,17 @@ mod tests {
         let later = hold.observe(at(t0, 10), [("ns-b", "y")], |k: &(&str, &str)| k.0 == "ns-b");
         assert_eq!(later.due, [("ns-b", "y")]);
         assert_eq!(hold.len(), 1, "ns-a's run ended");
+    }
+
+    #[test]
+    fn runs_ended_between_observations_start_again() {
+        let t0 = Instant::now();
+        let mut hold = Hold::new(AFTER);
+        hold.observe(t0, ["a", "b"], |_| true);
+        hold.end(|k| *k == "a");
+        assert!(!hold.is_due(&"a", at(t0, 10)) && hold.is_due(&"b", at(t0, 10)));
+        let later = hold.observe(at(t0, 10), ["a", "b"], |_| true);
+        assert_eq!((later.due, later.held), (vec!["b"], vec!["a"]));
     }
 
     #[test]

@@ -21,6 +21,16 @@ pub fn parse_period(s: &str) -> Result<Duration, String> {
     }
 }
 
+/// A Lease's duration: whole seconds, as the Lease records it, and at least 2 s (the leader
+/// renews five times a lease).
+pub fn parse_lease_duration(s: &str) -> Result<Duration, String> {
+    let d = parse_period(s)?;
+    if d < Duration::from_secs(2) || d.subsec_nanos() != 0 {
+        return Err(format!("{s:?}: a lease lasts whole seconds, 2 s or more"));
+    }
+    Ok(d)
+}
+
 /// `--kubeconfig` and `--context`: which API server is the hub.
 #[derive(Clone, Debug, Default, clap::Args)]
 pub struct HubArgs {
@@ -46,7 +56,7 @@ pub struct LeaseArgs {
     pub identity: Option<String>,
 
     /// How long a Lease holds without renewal.
-    #[arg(long, env = "EDGEGATE_LEASE_DURATION", value_parser = parse_period, default_value = "15s")]
+    #[arg(long, env = "EDGEGATE_LEASE_DURATION", value_parser = parse_lease_duration, default_value = "15s")]
     pub lease_duration: Duration,
 
     /// Run without leader election (a single replica only: two would both write).
@@ -55,12 +65,17 @@ pub struct LeaseArgs {
 }
 
 impl LeaseArgs {
-    /// The Lease `name`; this replica is `--identity`, or `<binary>-<pid>`.
+    /// The Lease `name`; this replica is `--identity` (in a pod, its name), or
+    /// `<binary>-<hostname>-<pid>`: never empty, and two containers' pid 1 stay apart.
     pub fn config(&self, name: &str, binary: &str) -> super::lease::LeaseConfig {
+        let identity = self.identity.clone().filter(|i| !i.trim().is_empty()).unwrap_or_else(|| {
+            let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+            format!("{binary}-{}-{}", host.trim(), std::process::id())
+        });
         super::lease::LeaseConfig {
             name: name.to_owned(),
             namespace: self.lease_namespace.clone(),
-            identity: self.identity.clone().unwrap_or_else(|| format!("{binary}-{}", std::process::id())),
+            identity,
             duration: self.lease_duration,
             disabled: self.no_leader_election,
         }
@@ -94,5 +109,7 @@ mod tests {
         assert_eq!(parse_period("15s"), Ok(Duration::from_secs(15)));
         assert!(parse_period("0").is_err_and(|e| e.contains("longer than zero")));
         assert!(parse_period("0s").is_err());
+        assert_eq!(parse_lease_duration("15s"), Ok(Duration::from_secs(15)));
+        assert!(parse_lease_duration("1s").is_err() && parse_lease_duration("2.5").is_err());
     }
 }

@@ -48,6 +48,7 @@ fn report(decision: &Decision) -> ExitCode {
                 Allowed::NoAddresses => "the copy carries no address".to_owned(),
                 Allowed::NoRecord => "the namespace has no record; nothing changes until it has one".to_owned(),
                 Allowed::Named(a) => format!("the record names {a}"),
+                Allowed::Gone => "its last finalizer leaves: the copy is deleted with this UPDATE".to_owned(),
                 Allowed::NothingNew => "an UPDATE of a copy that adds no address it did not carry".to_owned(),
             };
             println!("allow: {why}");

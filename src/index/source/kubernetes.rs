@@ -30,8 +30,11 @@ pub enum OnWatchError {
     Unsync,
 }
 
+/// Told of every record as the watch delivers it, in order: a reader that must not miss a state
+/// the store passes through between two of its looks (the pruner's grace).
+pub type RecordObserver = Box<dyn FnMut(&str, &Record) + Send>;
+
 /// Applies watch events to a [`RecordStore`].
-#[derive(Debug)]
 pub struct StoreWriter {
     store: Arc<RecordStore>,
     on_error: OnWatchError,
@@ -41,11 +44,27 @@ pub struct StoreWriter {
     ignored: HashSet<String>,
     /// Namespaces whose record changed, for whoever wants to act on a change.
     changed: Option<tokio::sync::mpsc::UnboundedSender<Change>>,
+    observer: Option<RecordObserver>,
+}
+
+impl std::fmt::Debug for StoreWriter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StoreWriter")
+            .field("store", &self.store)
+            .field("on_error", &self.on_error)
+            .finish_non_exhaustive()
+    }
 }
 
 impl StoreWriter {
     pub fn new(store: Arc<RecordStore>, on_error: OnWatchError) -> Self {
-        StoreWriter { store, on_error, relisting: None, ignored: HashSet::new(), changed: None }
+        StoreWriter { store, on_error, relisting: None, ignored: HashSet::new(), changed: None, observer: None }
+    }
+
+    /// Also tell `observer` of every record the watch delivers (listed or applied).
+    pub fn with_observer(mut self, observer: RecordObserver) -> Self {
+        self.observer = Some(observer);
+        self
     }
 
     /// Also report every change on `changed`.
@@ -86,7 +105,11 @@ impl WatchSink<EdgeReachability> for StoreWriter {
         let Some((snapshot, ignored)) = self.relisting.as_mut() else { return };
         let ns = r.namespace().unwrap_or_default();
         if wanted {
-            super::merge_into(snapshot, &ns, Arc::new(super::record_of(&r)));
+            let record = super::record_of(&r);
+            if let Some(observe) = self.observer.as_mut() {
+                observe(&ns, &record);
+            }
+            super::merge_into(snapshot, &ns, Arc::new(record));
         } else {
             ignored.insert(format!("{ns}/{}", r.name_any()));
         }
@@ -105,7 +128,11 @@ impl WatchSink<EdgeReachability> for StoreWriter {
         let ns = r.namespace().unwrap_or_default();
         if self.wanted(&r) {
             tracing::debug!(namespace = %ns, addresses = r.entries().len(), "record applied");
-            self.store.upsert(&ns, super::record_of(&r));
+            let record = super::record_of(&r);
+            if let Some(observe) = self.observer.as_mut() {
+                observe(&ns, &record);
+            }
+            self.store.upsert(&ns, record);
             self.notify(Change::Namespace(ns));
         } else {
             self.ignore(&r, true);
