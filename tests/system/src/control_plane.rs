@@ -2,6 +2,10 @@
 //! by tests/control-plane/build.sh, started on free loopback ports with generated certificates and
 //! an admin kubeconfig. One per test binary, shared by its tests (each in its own namespaces).
 //!
+//! On request, more programs join it: kube-controller-manager with the namespace and garbage
+//! collector controllers ([`ControlPlane::start_controller_manager`]), or any other
+//! ([`ControlPlane::start_once`], as `crate::cert_manager` does for cert-manager).
+//!
 //! Every process runs under a watchdog shell that kills it once the test process is gone, so
 //! nothing outlives a test run, even one that panicked or was killed.
 
@@ -14,16 +18,25 @@ pub struct ControlPlane {
     pub dir: PathBuf,
     pub kubeconfig: PathBuf,
     pub server: String,
-    bin: PathBuf,
-    /// etcd and kube-apiserver: (binary name, arguments, running watchdog).
-    processes: std::sync::Mutex<Vec<(&'static str, Vec<String>, Child)>>,
+    /// etcd, kube-apiserver and whatever joined later.
+    processes: std::sync::Mutex<Vec<Managed>>,
+    /// Held while a program is prepared and started by [`ControlPlane::start_once`].
+    starting: std::sync::Mutex<()>,
+}
+
+/// A program run by the control plane under its watchdog.
+struct Managed {
+    name: &'static str,
+    program: PathBuf,
+    args: Vec<String>,
+    watchdog: Child,
 }
 
 impl Drop for ControlPlane {
     fn drop(&mut self) {
         let processes = self.processes.get_mut().map(std::mem::take).unwrap_or_default();
-        for (_, _, mut child) in processes.into_iter().rev() {
-            stop(&mut child);
+        for mut p in processes.into_iter().rev() {
+            stop(&mut p.watchdog);
         }
     }
 }
@@ -35,6 +48,10 @@ fn stop(child: &mut Child) {
 }
 
 static SHARED: OnceLock<ControlPlane> = OnceLock::new();
+
+/// Log lines of kube-controller-manager that together say its namespace controller runs and its
+/// garbage collector has synced its monitors (kube-controller-manager serves no health port here).
+const KCM_READY: [&str; 2] = ["\"Starting namespace controller\"", "\"Proceeding to collect garbage\""];
 
 /// The test binary's control plane, started on first use.
 pub fn shared() -> &'static ControlPlane {
@@ -88,17 +105,95 @@ impl ControlPlane {
         ControlPlane::start()
     }
 
-    /// Stop `name` (`etcd` or `kube-apiserver`), keep it down for `down`, start it again with the
-    /// same flags and data, and wait until the API server answers again.
+    /// Stop `name` (`etcd`, `kube-apiserver`, or a program started later), keep it down for
+    /// `down`, start it again with the same flags and data, and wait until the API server answers
+    /// again.
     pub fn restart(&self, name: &str, down: Duration) {
         {
             let mut processes = self.processes.lock().expect("processes");
-            let entry = processes.iter_mut().find(|(n, _, _)| *n == name).expect("known process");
-            stop(&mut entry.2);
+            let entry = processes.iter_mut().find(|p| p.name == name).expect("known process");
+            stop(&mut entry.watchdog);
             std::thread::sleep(down);
-            entry.2 = spawn_guarded(&self.bin.join(name), &entry.1, &self.dir.join(format!("{name}.log")));
+            entry.watchdog = spawn_guarded(&entry.program, &entry.args, &self.dir.join(format!("{name}.log")));
         }
         self.wait_ready(Duration::from_secs(60));
+    }
+
+    /// Start the program `name` with this control plane, once: the first caller runs `prepare`
+    /// (build it, install what it needs...), which returns the program and its arguments; it then
+    /// runs under the watchdog, logs to `dir/<name>.log`, and is stopped with the control plane
+    /// (`restart`, `pid` and `log_tail("<name>.log")` know it too). Returns true for the caller
+    /// that started it; later and concurrent callers wait for that one and get false.
+    pub fn start_once(
+        &self,
+        name: &'static str,
+        prepare: impl FnOnce(&ControlPlane) -> (PathBuf, Vec<String>),
+    ) -> bool {
+        // A panicking `prepare` poisons the lock: the next caller tries again.
+        let _starting = self.starting.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if self.processes.lock().expect("processes").iter().any(|p| p.name == name) {
+            return false;
+        }
+        let (program, args) = prepare(self);
+        let watchdog = spawn_guarded(&program, &args, &self.dir.join(format!("{name}.log")));
+        self.processes.lock().expect("processes").push(Managed { name, program, args, watchdog });
+        true
+    }
+
+    /// Whether `name` (started by this control plane) is still running.
+    pub fn is_running(&self, name: &str) -> bool {
+        let mut processes = self.processes.lock().expect("processes");
+        processes.iter_mut().find(|p| p.name == name).is_some_and(|p| matches!(p.watchdog.try_wait(), Ok(None)))
+    }
+
+    /// Start kube-controller-manager (built by tests/control-plane/build.sh beside kube-apiserver)
+    /// with only the namespace and garbage-collector controllers, as the admin, without leader
+    /// election or a serving port; once per control plane (later calls return at once). Returns
+    /// when the namespace controller runs and the garbage collector has synced, so from then on
+    /// deleted namespaces empty and go, and dependents of deleted owners are collected. Builds
+    /// kube-controller-manager first if the cache lacks it (cold: ~16 CPU-minutes of Go build).
+    pub fn start_controller_manager(&self) {
+        let fresh = self.start_once("kube-controller-manager", |cp| {
+            let out = Command::new(repo().join("tests/control-plane/build.sh"))
+                .arg("kube-controller-manager")
+                .stderr(Stdio::inherit())
+                .output()
+                .expect("build.sh runs");
+            assert!(out.status.success(), "building kube-controller-manager failed");
+            let bin = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim().to_owned());
+            let args = vec![
+                format!("--kubeconfig={}", cp.kubeconfig.display()),
+                "--controllers=namespace,garbagecollector".into(),
+                "--leader-elect=false".into(),
+                "--use-service-account-credentials=false".into(),
+                "--bind-address=127.0.0.1".into(),
+                "--secure-port=0".into(),
+                "--v=2".into(),
+            ];
+            (bin.join("kube-controller-manager"), args)
+        });
+        if !fresh {
+            return;
+        }
+        let (started, limit) = (Instant::now(), Duration::from_secs(90));
+        loop {
+            let log = std::fs::read_to_string(self.dir.join("kube-controller-manager.log")).unwrap_or_default();
+            if KCM_READY.iter().all(|line| log.contains(line)) {
+                break;
+            }
+            assert!(
+                self.is_running("kube-controller-manager"),
+                "kube-controller-manager exited; log tail:\n{}",
+                self.log_tail("kube-controller-manager.log")
+            );
+            assert!(
+                started.elapsed() < limit,
+                "kube-controller-manager not ready within {limit:?}; log tail:\n{}",
+                self.log_tail("kube-controller-manager.log")
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        eprintln!("kube-controller-manager ready {:?} after it started", started.elapsed());
     }
 
     fn start() -> ControlPlane {
@@ -165,8 +260,22 @@ impl ControlPlane {
             ),
         )
         .expect("kubeconfig");
-        let processes = vec![("etcd", etcd_args, etcd), ("kube-apiserver", apiserver_args, apiserver)];
-        let plane = ControlPlane { dir, kubeconfig, server, bin, processes: std::sync::Mutex::new(processes) };
+        let processes = vec![
+            Managed { name: "etcd", program: bin.join("etcd"), args: etcd_args, watchdog: etcd },
+            Managed {
+                name: "kube-apiserver",
+                program: bin.join("kube-apiserver"),
+                args: apiserver_args,
+                watchdog: apiserver,
+            },
+        ];
+        let plane = ControlPlane {
+            dir,
+            kubeconfig,
+            server,
+            processes: std::sync::Mutex::new(processes),
+            starting: std::sync::Mutex::new(()),
+        };
         plane.wait_ready(Duration::from_secs(90));
         eprintln!("control plane ready in {:?} at {}", started.elapsed(), plane.server);
         plane
@@ -249,11 +358,11 @@ impl ControlPlane {
         text.lines().rev().take(30).collect::<Vec<_>>().into_iter().rev().collect::<Vec<_>>().join("\n")
     }
 
-    /// The pid of `name` (etcd, kube-apiserver) itself, under its watchdog shell.
+    /// The pid of `name` (etcd, kube-apiserver, or a program started later) itself, under its
+    /// watchdog shell.
     pub fn pid(&self, name: &str) -> u32 {
         let processes = self.processes.lock().expect("processes");
-        let (_, _, shell) = processes.iter().find(|(n, _, _)| *n == name).expect("known process");
-        let shell = shell.id();
+        let shell = processes.iter().find(|p| p.name == name).expect("known process").watchdog.id();
         let children = std::fs::read_to_string(format!("/proc/{shell}/task/{shell}/children")).unwrap_or_default();
         children.split_whitespace().next().and_then(|p| p.parse().ok()).expect("the watched process")
     }

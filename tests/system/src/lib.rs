@@ -2,6 +2,7 @@
 //! kube-apiserver built from their Go modules) and the helpers that start edgegate's binaries
 //! against it.
 
+pub mod cert_manager;
 pub mod control_plane;
 pub mod helpers;
 pub mod netns;

@@ -12,21 +12,22 @@ use k8s_openapi::api::core::v1::Secret;
 /// The directory a Secret is projected into.
 pub struct SecretVolume {
     pub dir: PathBuf,
-    generation: u32,
 }
 
 impl SecretVolume {
     pub fn new(dir: &Path) -> SecretVolume {
         std::fs::create_dir_all(dir).expect("volume dir");
-        SecretVolume { dir: dir.to_owned(), generation: 0 }
+        SecretVolume { dir: dir.to_owned() }
     }
 
     /// Project `secret`'s data, replacing what was there in one rename.
     pub fn project(&mut self, secret: &Secret) {
         let data: BTreeMap<String, Vec<u8>> =
             secret.data.clone().unwrap_or_default().into_iter().map(|(k, v)| (k, v.0)).collect();
-        self.generation += 1;
-        let version = format!("..{}_{:04}", std::process::id(), self.generation);
+        // A new name each time, also across volumes on one directory (a replica restarted).
+        static GENERATION: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let generation = GENERATION.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let version = format!("..{}_{generation:04}", std::process::id());
         let target = self.dir.join(&version);
         std::fs::create_dir(&target).expect("version dir");
         for (key, bytes) in &data {

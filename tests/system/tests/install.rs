@@ -5,7 +5,12 @@
 
 use std::process::Command;
 
+use edgegate_system_tests::cert_manager::start_cert_manager;
 use edgegate_system_tests::helpers::*;
+use edgegate_system_tests::netns::{NETNS_ADDRESS, NetNs, kubeconfig_through_link};
+use edgegate_system_tests::secret_volume::SecretVolume;
+use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
+use k8s_openapi::api::core::v1::Secret;
 
 fn kubectl(cp: &ControlPlane, args: &[&str]) -> std::process::Output {
     Command::new("kubectl").arg("--kubeconfig").arg(&cp.kubeconfig).args(args).output().expect("kubectl runs")
@@ -152,4 +157,247 @@ async fn the_observe_step_refuses_nothing_before_the_webhook_serves() {
         ],
     );
     assert_eq!(policies.split_whitespace().collect::<Vec<_>>(), ["Ignore", "Ignore"], "{policies}");
+}
+
+/// A webhook replica as a Pod runs it: in the test's network namespace (an address the API server
+/// may dial, unlike loopback), its serving certificate projected from the Secret as a kubelet
+/// does, records read from the API server through the link, and in the mode the render's
+/// `EDGEGATE_MODE` says. Its Service endpoint is one EndpointSlice of its own.
+struct Replica {
+    _process: Process,
+    volume: SecretVolume,
+    port: u16,
+    admin: u16,
+}
+
+impl Replica {
+    async fn start(
+        cp: &ControlPlane,
+        netns: &NetNs,
+        kubeconfig: &Path,
+        port: u16,
+        mode: &str,
+        secret: &Secret,
+    ) -> Replica {
+        let mut volume = SecretVolume::new(&cp.dir.join(format!("webhook-tls-{port}")));
+        volume.project(secret);
+        let admin = port + 1000;
+        let log = cp.dir.join(format!("webhook-netns-{port}.log"));
+        let args = [
+            "netns".to_owned(),
+            "exec".to_owned(),
+            netns.name.clone(),
+            "env".to_owned(),
+            format!("EDGEGATE_MODE={mode}"),
+            binary("edgegate-webhook").display().to_string(),
+            "--kubernetes".to_owned(),
+            format!("--kubeconfig={}", kubeconfig.display()),
+            format!("--listen={NETNS_ADDRESS}:{port}"),
+            format!("--admin-listen=127.0.0.1:{admin}"),
+            format!("--tls-cert={}", volume.dir.join("tls.crt").display()),
+            format!("--tls-key={}", volume.dir.join("tls.key").display()),
+            "--shutdown-grace=1s".to_owned(),
+        ];
+        let process = Process { child: spawn_guarded(Path::new("ip"), &args, &log), port, log };
+        let replica = Replica { _process: process, volume, port, admin };
+        eventually(Duration::from_secs(30), "replica ready", async || replica.get(netns, "/readyz").contains("ok"))
+            .await;
+        replica
+    }
+
+    fn get(&self, netns: &NetNs, path: &str) -> String {
+        netns.curl(&[&format!("http://127.0.0.1:{}{path}", self.admin)])
+    }
+
+    /// The endpoints controller's part: this replica, ready, behind the Service's `https` port.
+    async fn publish(&self, client: &Client) {
+        let slice = json!({
+            "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+            "metadata": {"name": format!("edgegate-webhook-{}", self.port), "namespace": "edgegate-system",
+                         "labels": {"kubernetes.io/service-name": "edgegate-webhook"}},
+            "addressType": "IPv4",
+            "endpoints": [{"addresses": [NETNS_ADDRESS], "conditions": {"ready": true}}],
+            "ports": [{"name": "https", "port": self.port, "protocol": "TCP"}],
+        });
+        let api: Api<EndpointSlice> = Api::namespaced(client.clone(), "edgegate-system");
+        api.patch(
+            &format!("edgegate-webhook-{}", self.port),
+            &PatchParams::apply("endpoints-controller").force(),
+            &Patch::Apply(&slice),
+        )
+        .await
+        .expect("endpoint slice");
+    }
+
+    fn reviews(&self, netns: &NetNs) -> u64 {
+        self.get(netns, "/metrics")
+            .lines()
+            .filter(|l| l.starts_with("edgegate_admission_reviews_total{"))
+            .filter_map(|l| l.rsplit(' ').next().and_then(|v| v.parse::<u64>().ok()))
+            .sum()
+    }
+
+    fn reloads(&self, netns: &NetNs) -> u64 {
+        counter(&self.get(netns, "/metrics"), "edgegate_tls_reloads_total{result=\"success\"}")
+    }
+}
+
+async fn serving_secret(client: &Client) -> Secret {
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), "edgegate-system");
+    let mut found = None;
+    eventually(Duration::from_secs(120), "cert-manager issues edgegate-webhook-tls", async || {
+        found = secrets.get_opt("edgegate-webhook-tls").await.ok().flatten().filter(|s| {
+            s.data.as_ref().is_some_and(|d| ["tls.crt", "tls.key", "ca.crt"].iter().all(|k| d.contains_key(*k)))
+        });
+        found.is_some()
+    })
+    .await;
+    found.expect("secret")
+}
+
+/// What `cmctl renew` does: the Certificate's Issuing condition, reason ManuallyTriggered.
+async fn renew(client: &Client) {
+    let certificates: Api<kube::api::DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        "edgegate-system",
+        &kube::api::ApiResource::from_gvk_with_plural(
+            &kube::api::GroupVersionKind::gvk("cert-manager.io", "v1", "Certificate"),
+            "certificates",
+        ),
+    );
+    let now = jiff_now();
+    let mut cert = certificates.get("edgegate-webhook").await.expect("certificate");
+    let status = cert.data["status"].as_object_mut().expect("status");
+    let conditions = status.entry("conditions").or_insert(json!([])).as_array_mut().expect("conditions");
+    conditions.retain(|c| c["type"] != "Issuing");
+    conditions.push(json!({"type": "Issuing", "status": "True", "reason": "ManuallyTriggered",
+                           "message": "re-issued by the renewal test", "lastTransitionTime": now}));
+    certificates.replace_status("edgegate-webhook", &Default::default(), &cert).await.expect("Issuing=True");
+}
+
+fn jiff_now() -> String {
+    let out = Command::new("date").args(["-u", "+%Y-%m-%dT%H:%M:%SZ"]).output().expect("date");
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+fn serial(secret: &Secret) -> Vec<u8> {
+    secret.data.as_ref().and_then(|d| d.get("tls.crt")).map(|b| b.0.clone()).unwrap_or_default()
+}
+
+/// The whole path a hub operator takes, on a real API server with the real cert-manager, the
+/// webhook called through the rendered configuration unmodified (its Service, port and path; the
+/// API server verifying the certificate for edgegate-webhook.edgegate-system.svc against the CA
+/// cainjector put in the caBundle): observe, check it serves, enforce; then a renewal of the
+/// serving certificate while copies are written, reaching the two replicas late and at different
+/// times as a kubelet delivers it, with no admission failing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn observe_then_enforce_with_the_real_cert_manager_through_the_service() {
+    if !runs_as_root("a network namespace") {
+        return;
+    }
+    let cp = ControlPlane::own();
+    start_cert_manager(&cp);
+    let client = cp.client().await;
+    let started = Instant::now();
+    apply(&cp, "observe-cert-manager", &["base"], &["components/cert-manager", "components/images"]);
+    let secret = serving_secret(&client).await;
+    let ca = secret.data.as_ref().and_then(|d| d.get("ca.crt")).map(|b| b.0.clone()).expect("ca.crt");
+    let vwcs: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
+    eventually(Duration::from_secs(60), "cainjector fills the caBundle", async || {
+        vwcs.get("edgegate")
+            .await
+            .ok()
+            .and_then(|v| v.webhooks?.first()?.client_config.ca_bundle.clone())
+            .is_some_and(|b| b.0 == ca)
+    })
+    .await;
+    eprintln!("observe step: certificate issued and caBundle injected {:?} after apply", started.elapsed());
+
+    let netns = NetNs::create();
+    let kubeconfig = kubeconfig_through_link(&cp, "webhook-netns.kubeconfig").await;
+    namespace(&client, "cell-e", &[]).await;
+    set_record(&client, "cell-e", &["fd20:0:e::1"]).await;
+    let a = Replica::start(&cp, &netns, &kubeconfig, 8443, "warn", &secret).await;
+    a.publish(&client).await;
+    // Observing: an unnamed copy is admitted, after a call that went through the Service.
+    eventually(Duration::from_secs(30), "the API server calls the webhook through its Service", async || {
+        let before = a.reviews(&netns);
+        let name = format!("warned-{}", started.elapsed().as_millis());
+        write_copy_at(&client, "cell-e", &name, "fd20:0:e::9").await.is_ok() && a.reviews(&netns) > before
+    })
+    .await;
+
+    // Enforce: the second apply, then the replicas roll to deny.
+    apply(
+        &cp,
+        "enforce-cert-manager",
+        &["base"],
+        &["components/cert-manager", "components/enforce", "components/images"],
+    );
+    drop(a);
+    let a = Replica::start(&cp, &netns, &kubeconfig, 8443, "deny", &secret).await;
+    let mut b = Replica::start(&cp, &netns, &kubeconfig, 8444, "deny", &secret).await;
+    b.publish(&client).await;
+    eventually(Duration::from_secs(30), "an unnamed copy refused through the Service", async || {
+        write_copy_at(&client, "cell-e", "refused", "fd20:0:e::9").await.is_err_and(|e| e.contains("is not carried"))
+    })
+    .await;
+    write_copy_at(&client, "cell-e", "named", "fd20:0:e::1").await.expect("a named copy is admitted");
+
+    // Renewal under load: copies written continuously while the certificate is re-issued and its
+    // Secret reaches replica a 3 s later and replica b 8 s later.
+    let mut a = a;
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let load = {
+        let (client, stop) = (client.clone(), std::sync::Arc::clone(&stop));
+        tokio::spawn(async move {
+            let (mut admitted, mut failed) = (0u64, Vec::new());
+            let mut i = 0;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                match write_copy_at(&client, "cell-e", &format!("load-{i}"), "fd20:0:e::1").await {
+                    Ok(()) => admitted += 1,
+                    Err(e) => failed.push(e),
+                }
+                i += 1;
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            (admitted, failed)
+        })
+    };
+    let old = serial(&secret);
+    let (a_reloads, b_reloads) = (a.reloads(&netns), b.reloads(&netns));
+    let renewed_at = Instant::now();
+    renew(&client).await;
+    let mut renewed = None;
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), "edgegate-system");
+    eventually(Duration::from_secs(90), "a re-issued certificate", async || {
+        renewed = secrets.get("edgegate-webhook-tls").await.ok().filter(|s| serial(s) != old);
+        renewed.is_some()
+    })
+    .await;
+    let renewed = renewed.expect("renewed");
+    eprintln!("renewal: new certificate in the Secret {:?} after the trigger", renewed_at.elapsed());
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    a.volume.project(&renewed);
+    eventually(Duration::from_secs(10), "replica a serves the new certificate", async || a.reloads(&netns) > a_reloads)
+        .await;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    b.volume.project(&renewed);
+    eventually(Duration::from_secs(10), "replica b serves the new certificate", async || b.reloads(&netns) > b_reloads)
+        .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let (admitted, failed) = load.await.expect("load");
+    eprintln!(
+        "renewal under load: {admitted} copies admitted, {} failed, over {:?}",
+        failed.len(),
+        renewed_at.elapsed()
+    );
+    assert!(admitted > 100, "the load ran: {admitted}");
+    assert!(failed.is_empty(), "admissions failed during the renewal: {failed:?}");
+    drop((a, b));
+}
+
+async fn write_copy_at(client: &Client, ns: &str, name: &str, address: &str) -> Result<(), String> {
+    create(client, ns, &slice("install", name, true, &[address]), false).await
 }
