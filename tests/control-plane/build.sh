@@ -14,8 +14,11 @@
 # Safe to start several times at once (tests do): one build runs under a lock, the others wait for
 # it and then find the cache filled. Each binary is built beside its final name and renamed into
 # place, so a cache from before an EXTRA existed just gains it, and a reader never sees half a file.
+#
+# EDGEGATE_CONTROL_PLANE_MODULE names another wrapper module to build from (the oldest supported
+# version's, tests/control-plane-min); its binaries are cached by its own versions.
 set -euo pipefail
-here=$(cd "$(dirname "$0")" && pwd)
+here=${EDGEGATE_CONTROL_PLANE_MODULE:-$(cd "$(dirname "$0")" && pwd)}
 k8s_version=$(awk '$1 == "k8s.io/kubernetes" {print $2}' "$here/go.mod")
 etcd_version=$(awk '$1 == "go.etcd.io/etcd/server/v3" {print $2}' "$here/go.mod")
 cache=${EDGEGATE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/edgegate}/control-plane/${k8s_version}-etcd-${etcd_version}

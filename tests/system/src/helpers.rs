@@ -54,6 +54,25 @@ pub async fn install_crd(client: &Client) {
     }
 }
 
+/// A stand-in CRD for a kind the test does not run the operator of (cert-manager's, the Prometheus
+/// Operator's): any spec is accepted, so the API server can validate the rest of a render.
+pub async fn stand_in_crd(client: &Client, group: &str, kind: &str, plural: &str) {
+    let crd = json!({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": format!("{plural}.{group}")},
+        "spec": {"group": group, "scope": "Namespaced",
+                 "names": {"kind": kind, "plural": plural, "listKind": format!("{kind}List"), "singular": kind.to_lowercase()},
+                 "versions": [{"name": "v1", "served": true, "storage": true,
+                               "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]}
+    });
+    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
+    match api.create(&PostParams::default(), &serde_json::from_value(crd).expect("crd")).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(s)) if s.code == 409 => {}
+        Err(e) => panic!("stand-in CRD {plural}.{group}: {e}"),
+    }
+}
+
 pub async fn namespace(client: &Client, name: &str, labels: &[(&str, &str)]) {
     let api: Api<Namespace> = Api::all(client.clone());
     let ns = Namespace {

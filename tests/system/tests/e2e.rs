@@ -93,14 +93,20 @@ async fn webhook_through_the_api_server() {
     })
     .await;
     eprintln!("refused → admitted: {took:?}");
-    assert!(took < Duration::from_secs(5), "refused → admitted took {took:?} (sub-second expected; 5 s allows a loaded 2-core machine)");
+    assert!(
+        took < Duration::from_secs(5),
+        "refused → admitted took {took:?} (sub-second expected; 5 s allows a loaded 2-core machine)"
+    );
     set_record(&client, "wh-empty", &[]).await;
     let took = eventually(Duration::from_secs(5), "refused after the record lost it", async || {
         create(&client, "wh-empty", &flip, true).await.is_err()
     })
     .await;
     eprintln!("admitted → refused: {took:?}");
-    assert!(took < Duration::from_secs(5), "admitted → refused took {took:?} (sub-second expected; 5 s allows a loaded 2-core machine)");
+    assert!(
+        took < Duration::from_secs(5),
+        "admitted → refused took {took:?} (sub-second expected; 5 s allows a loaded 2-core machine)"
+    );
     report_admission_latency(cp);
 
     // The webhook stops: copies fail closed, nothing existing is touched, non-copies still pass.
@@ -154,7 +160,10 @@ async fn pruner_deletes_only_unserved_copies_and_only_one_replica_deletes() {
         eventually(Duration::from_secs(5), "unserved copy deleted", async || !exists(&client, "pr-a", "leaving").await)
             .await;
     eprintln!("record change → copy gone: {took:?}");
-    assert!(took < Duration::from_secs(5), "record change → copy gone took {took:?} (sub-second expected; 5 s allows a loaded 2-core machine)");
+    assert!(
+        took < Duration::from_secs(5),
+        "record change → copy gone took {took:?} (sub-second expected; 5 s allows a loaded 2-core machine)"
+    );
     for (ns, name) in [("pr-a", "served"), ("pr-a", "empty"), ("pr-a", "plain"), ("pr-none", "unrecorded")] {
         assert!(exists(&client, ns, name).await, "{ns}/{name} must survive");
     }
@@ -458,20 +467,7 @@ async fn every_overlay_applies_server_side_dry_run() {
     // cert-manager's own CRDs are not installed here: stand-ins that accept any spec let the
     // API server validate the rest of the overlay.
     for (kind, plural) in [("Issuer", "issuers"), ("Certificate", "certificates")] {
-        let stub = json!({
-            "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
-            "metadata": {"name": format!("{plural}.cert-manager.io")},
-            "spec": {"group": "cert-manager.io", "scope": "Namespaced",
-                     "names": {"kind": kind, "plural": plural, "listKind": format!("{kind}List"), "singular": kind.to_lowercase()},
-                     "versions": [{"name": "v1", "served": true, "storage": true,
-                                   "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]}
-        });
-        let api: Api<CustomResourceDefinition> = Api::all(client.clone());
-        match api.create(&PostParams::default(), &serde_json::from_value(stub).expect("crd")).await {
-            Ok(_) => {}
-            Err(kube::Error::Api(s)) if s.code == 409 => {}
-            Err(e) => panic!("stub CRD: {e}"),
-        }
+        stand_in_crd(&client, "cert-manager.io", kind, plural).await;
     }
     tokio::time::sleep(Duration::from_secs(2)).await;
     deploy_dev_certs();
