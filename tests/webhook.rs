@@ -232,12 +232,18 @@ fn record_edit_flips_allow_to_deny_within_a_second() {
     webhook.write_record_file("r.yaml", &record(NS, "default", &["fd20:0:2::1:0:9"]));
     let took = webhook.wait_until(Duration::from_secs(5), || webhook.validate(&copy_create())["allowed"] == false);
     eprintln!("allow → deny: {took:?}");
-    assert!(took < Duration::from_secs(5), "allow → deny took {took:?} (sub-second expected; 5 s allows a loaded 2-core machine)");
+    assert!(
+        took < Duration::from_secs(5),
+        "allow → deny took {took:?} (sub-second expected; 5 s allows a loaded 2-core machine)"
+    );
     // And back, editing the file in place this time.
     std::fs::write(webhook.records_dir().join("r.yaml"), record(NS, "default", &[ADDRESS])).expect("write");
     let took = webhook.wait_until(Duration::from_secs(5), || webhook.validate(&copy_create())["allowed"] == true);
     eprintln!("deny → allow: {took:?}");
-    assert!(took < Duration::from_secs(5), "deny → allow took {took:?} (sub-second expected; 5 s allows a loaded 2-core machine)");
+    assert!(
+        took < Duration::from_secs(5),
+        "deny → allow took {took:?} (sub-second expected; 5 s allows a loaded 2-core machine)"
+    );
 }
 
 #[test]

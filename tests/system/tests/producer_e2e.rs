@@ -172,7 +172,10 @@ async fn producer_between_a_project_and_the_hub() {
     })
     .await;
     eprintln!("hub namespace → record: {took:?}");
-    assert!(took < Duration::from_secs(5), "hub namespace → record took {took:?} (sub-second expected; 5 s allows a loaded 2-core machine)");
+    assert!(
+        took < Duration::from_secs(5),
+        "hub namespace → record took {took:?} (sub-second expected; 5 s allows a loaded 2-core machine)"
+    );
     // Safety: another field manager's record is not overridden, and the conflict is counted.
     eventually(Duration::from_secs(10), "conflict counted", async || {
         counter(&metrics(&producer), "edgegate_producer_writes_total{result=\"conflict\"}") > 0
