@@ -281,6 +281,8 @@ async fn register(client: &Client, port: u16, scope: &str, match_conditions: boo
     let mut vwc: serde_json::Value = serde_saphyr::from_str(&text).expect("vwc parses");
     let ca = std::fs::read(dev_certs().join("ca.crt")).expect("ca");
     let hook = &mut vwc["webhooks"][0];
+    // Enforcing, as components/enforce makes the base's configuration.
+    hook["failurePolicy"] = json!("Fail");
     hook["clientConfig"] = json!({"url": format!("https://127.0.0.1:{port}/validate"), "caBundle": base64(&ca)});
     hook["namespaceSelector"]["matchLabels"] = json!({"edgegate-e2e": scope});
     if !match_conditions && let Some(hook) = hook.as_object_mut() {

@@ -401,3 +401,55 @@ async fn observe_then_enforce_with_the_real_cert_manager_through_the_service() {
 async fn write_copy_at(client: &Client, ns: &str, name: &str, address: &str) -> Result<(), String> {
     create(client, ns, &slice("install", name, true, &[address]), false).await
 }
+
+/// Every component, and the Karmada pair, applied for real (server-side, not dry-run) to one API
+/// server with cert-manager's CRDs served by the real cert-manager and the Prometheus Operator's
+/// by stand-ins: what each documented combination creates is accepted and kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_component_and_the_karmada_pair_apply_for_real() {
+    let cp = ControlPlane::own();
+    start_cert_manager(&cp);
+    let client = cp.client().await;
+    for (kind, plural) in [("PodMonitor", "podmonitors"), ("PrometheusRule", "prometheusrules")] {
+        stand_in_crd(&client, "monitoring.coreos.com", kind, plural).await;
+    }
+    ok(
+        &cp,
+        &[
+            "wait",
+            "--for=condition=Established",
+            "crd/podmonitors.monitoring.coreos.com",
+            "crd/prometheusrules.monitoring.coreos.com",
+        ],
+    );
+    apply(
+        &cp,
+        "everything",
+        &["base"],
+        &[
+            "components/producer",
+            "components/monitoring",
+            "components/trim",
+            "components/cert-manager",
+            "components/enforce",
+            "components/images",
+        ],
+    );
+    for (kind, name) in [
+        ("deployment", "edgegate-producer"),
+        ("prometheusrule", "edgegate"),
+        ("podmonitor", "edgegate-pruner"),
+        ("configmap", "edgegate-dashboard"),
+        ("certificate", "edgegate-webhook"),
+        ("priorityclass", "edgegate-webhook"),
+    ] {
+        ok(&cp, &["-n", "edgegate-system", "get", kind, name]);
+    }
+    ok(&cp, &["get", "mutatingwebhookconfiguration", "edgegate"]);
+    // The Karmada pair on one API server (hub objects and host workloads do not overlap), and a
+    // without-crd install over it: the CRD stays, as the component promises.
+    apply(&cp, "karmada-hub", &["overlays/karmada-hub/hub"], &[]);
+    apply(&cp, "karmada-host", &["overlays/karmada-hub/host"], &[]);
+    apply(&cp, "without-crd", &["base"], &["components/without-crd", "components/cert-manager", "components/images"]);
+    ok(&cp, &["get", "crd", "edgereachabilities.networking.datumapis.com"]);
+}
