@@ -33,6 +33,8 @@ const IN_FLIGHT: usize = 8;
 pub struct Pacer {
     pace: Duration,
     next: std::sync::Mutex<Option<Instant>>,
+    /// Closed at shutdown: no more turns, so only the DELETEs already sent are waited for.
+    closed: CancellationToken,
 }
 
 impl Pacer {
@@ -43,13 +45,22 @@ impl Pacer {
     }
 
     pub fn new(pace: Duration) -> Self {
-        Pacer { pace, next: std::sync::Mutex::new(None) }
+        Pacer { pace, next: std::sync::Mutex::new(None), closed: CancellationToken::new() }
+    }
+
+    /// Hand out no more turns.
+    pub fn close(&self) {
+        self.closed.cancel();
     }
 
     /// Wait until this caller's turn: the first at once, each later one `pace` after the last.
-    async fn turn(&self) {
+    /// False once closed: the caller does not delete.
+    async fn turn(&self) -> bool {
+        if self.closed.is_cancelled() {
+            return false;
+        }
         if self.pace.is_zero() {
-            return;
+            return true;
         }
         let at = {
             let mut next = self.next.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
@@ -58,7 +69,10 @@ impl Pacer {
             *next = Some(at + self.pace);
             at
         };
-        tokio::time::sleep_until(at.into()).await;
+        tokio::select! {
+            () = tokio::time::sleep_until(at.into()) => true,
+            () = self.closed.cancelled() => false,
+        }
     }
 }
 
@@ -242,7 +256,9 @@ impl Pruner {
             tracing::info!(namespace = %ns, name = %name, ?addresses, "dry run: would delete copy the record no longer names");
             return Outcome::DryRun;
         }
-        self.pacer.turn().await;
+        if !self.pacer.turn().await {
+            return Outcome::Skipped; // shutting down
+        }
         // The turn may have been a long wait.
         let Some(now) = self.judge_again(&now) else { return Outcome::Skipped };
         let (ns, name, addresses) = (&now.namespace, &now.name, &now.addresses);
@@ -303,8 +319,9 @@ impl Pruner {
 
     /// Passes until `shutdown`: one per namespace whose record or copies changed (a burst of
     /// events, one pass each), one over everything on each resync tick and whenever this replica
-    /// becomes leader. At shutdown the pass at hand may finish what it started for up to
-    /// [`DRAIN`], while this replica still holds the Lease; only then is it released.
+    /// becomes leader. At shutdown the pass at hand starts no more deletions, and those it has
+    /// sent may finish for up to [`DRAIN`] while this replica still holds the Lease; only then is
+    /// it released.
     pub async fn run(self, changes: mpsc::UnboundedReceiver<Change>, resync: Duration, shutdown: CancellationToken) {
         let mut wakeups = Wakeups::new(changes, resync, self.leader.changes());
         while let Some(wakeup) = wakeups.next(&shutdown).await {
@@ -316,6 +333,7 @@ impl Pruner {
                 tokio::select! {
                     _ = &mut pass => {}
                     () = shutdown.cancelled() => {
+                        self.pacer.close();
                         let _ = tokio::time::timeout(DRAIN, pass).await;
                         return;
                     }
