@@ -158,6 +158,29 @@ pub fn runs_as_root(why: &str) -> bool {
     false
 }
 
+/// Wait (30 s at most) until `p` answers 200 on `/readyz`: plain HTTP on its admin port, or HTTPS
+/// verified by `ca` (the webhook's TLS listener).
+pub async fn until_ready(what: &str, p: &Process, ca: Option<&Path>) -> Duration {
+    let scheme = if ca.is_some() { "https" } else { "http" };
+    let url = format!("{scheme}://127.0.0.1:{}/readyz", p.port);
+    eventually(Duration::from_secs(30), what, async || http_status(&url, ca) == 200).await
+}
+
+/// A kustomization of the repo's `resources` and `components` (paths under deploy/), written to
+/// target/kustomize-test/NAME: what a user's own kustomization of those lines is.
+pub fn kustomization(name: &str, resources: &[&str], components: &[&str]) -> PathBuf {
+    let dir = repo().join("target/kustomize-test").join(name);
+    std::fs::create_dir_all(&dir).expect("mkdir");
+    let list = |paths: &[&str]| paths.iter().map(|p| format!("  - ../../../deploy/{p}\n")).collect::<String>();
+    let text = format!(
+        "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n{}components:\n{}",
+        list(resources),
+        list(components)
+    );
+    std::fs::write(dir.join("kustomization.yaml"), text).expect("write");
+    dir
+}
+
 /// A running binary, killed when dropped.
 pub struct Process {
     pub child: Child,

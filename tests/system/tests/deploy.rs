@@ -6,7 +6,7 @@ use std::process::Command;
 
 use clap::CommandFactory;
 use edgegate::runtime::rbac::{PRUNER, PRUNER_LEASE, Rule, WEBHOOK};
-use edgegate_system_tests::helpers::{deploy_dev_certs, repo};
+use edgegate_system_tests::helpers::{deploy_dev_certs, kustomization, repo};
 use serde_json::{Value, json};
 
 /// `kubectl kustomize DIR` (or `kustomize build DIR`), parsed into objects.
@@ -226,22 +226,9 @@ fn assert_installable(objects: &[Value]) {
     }
 }
 
-/// A kustomization of the repo's `resources` and `components` (paths under deploy/), rendered:
-/// what a user's own kustomization of those lines gives.
+/// A user's kustomization of these lines, rendered.
 fn compose(name: &str, resources: &[&str], components: &[&str]) -> Vec<Value> {
-    let dir = repo().join("target/deploy-test").join(name);
-    std::fs::create_dir_all(&dir).expect("mkdir");
-    let list = |paths: &[&str]| paths.iter().map(|p| format!("  - ../../../deploy/{p}\n")).collect::<String>();
-    std::fs::write(
-        dir.join("kustomization.yaml"),
-        format!(
-            "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n{}components:\n{}",
-            list(resources),
-            list(components)
-        ),
-    )
-    .expect("write");
-    render(&dir)
+    render(&kustomization(&format!("deploy-{name}"), resources, components))
 }
 
 fn assert_common(objects: &[Value]) {

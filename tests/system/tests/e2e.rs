@@ -34,10 +34,7 @@ async fn webhook_through_the_api_server() {
     set_record(&client, "wh-named", &["FD20:0:2::1:0:1"]).await;
     let webhook = start_webhook(cp, &cp.kubeconfig);
     let ca = dev_certs().join("ca.crt");
-    eventually(Duration::from_secs(30), "webhook ready", async || {
-        http_status(&format!("https://127.0.0.1:{}/readyz", webhook.port), Some(&ca)) == 200
-    })
-    .await;
+    until_ready("webhook ready", &webhook, Some(&ca)).await;
     register_webhook(&client, webhook.port, "webhook").await;
     // The configuration reaches the API server through an informer: wait for a known-bad copy
     // to be refused before asserting anything.
@@ -145,10 +142,7 @@ async fn pruner_deletes_only_unserved_copies_and_only_one_replica_deletes() {
     let pruners =
         [start_pruner(cp, "pruner", &cp.kubeconfig, &lease), start_pruner(cp, "pruner", &cp.kubeconfig, &lease)];
     for p in &pruners {
-        eventually(Duration::from_secs(30), "pruner ready", async || {
-            http_status(&format!("http://127.0.0.1:{}/readyz", p.port), None) == 200
-        })
-        .await;
+        until_ready("pruner ready", p, None).await;
     }
     eventually(Duration::from_secs(30), "a leader", async || {
         pruners.iter().any(|p| metrics(p).contains("edgegate_leader 1"))
@@ -207,10 +201,7 @@ async fn a_terminating_copy_can_leave_and_an_unnamed_copy_can_be_labelled() {
     set_record(&client, "fin-a", &["fd20:0:5::1", "fd20:0:5::2"]).await;
     let webhook = start_webhook(cp, &cp.kubeconfig);
     let ca = dev_certs().join("ca.crt");
-    eventually(Duration::from_secs(30), "webhook ready", async || {
-        http_status(&format!("https://127.0.0.1:{}/readyz", webhook.port), Some(&ca)) == 200
-    })
-    .await;
+    until_ready("webhook ready", &webhook, Some(&ca)).await;
     register_webhook_called_always(&client, webhook.port, "finalizer").await;
     eventually(Duration::from_secs(30), "webhook configuration in effect", async || {
         create(&client, "fin-a", &slice("finalizer", "marker", true, &["fd20:0:5::9"]), true).await.is_err()
@@ -432,10 +423,7 @@ async fn deploy_rbac_is_sufficient_and_no_wider_than_needed() {
 
     let webhook = start_webhook(cp, &webhook_sa);
     let ca = dev_certs().join("ca.crt");
-    eventually(Duration::from_secs(30), "webhook with its own RBAC ready", async || {
-        http_status(&format!("https://127.0.0.1:{}/readyz", webhook.port), Some(&ca)) == 200
-    })
-    .await;
+    until_ready("webhook with its own RBAC ready", &webhook, Some(&ca)).await;
 
     // A role missing `watch` on copies: the pruner never becomes ready and says why.
     let narrow = std::fs::read_to_string(repo().join("deploy/base/rbac/roles.yaml"))

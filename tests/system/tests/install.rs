@@ -26,15 +26,7 @@ fn ok(cp: &ControlPlane, args: &[&str]) -> String {
 /// server-side.
 fn apply(cp: &ControlPlane, name: &str, resources: &[&str], components: &[&str]) {
     deploy_dev_certs();
-    let dir = repo().join("target/install-test").join(name);
-    std::fs::create_dir_all(&dir).expect("mkdir");
-    let list = |paths: &[&str]| paths.iter().map(|p| format!("  - ../../../deploy/{p}\n")).collect::<String>();
-    let kustomization = format!(
-        "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n{}components:\n{}",
-        list(resources),
-        list(components)
-    );
-    std::fs::write(dir.join("kustomization.yaml"), kustomization).expect("write");
+    let dir = kustomization(&format!("install-{name}"), resources, components);
     ok(cp, &["apply", "--server-side", "-k", &dir.display().to_string()]);
 }
 

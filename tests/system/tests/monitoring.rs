@@ -129,10 +129,7 @@ async fn every_metric_the_alerts_and_dashboard_use_is_exported() {
         log: cp.dir.join(format!("producer-{port}.log")),
     };
     let ca = dev_certs().join("ca.crt");
-    eventually(Duration::from_secs(30), "webhook ready", async || {
-        http_status(&format!("https://127.0.0.1:{}/readyz", webhook.port), Some(&ca)) == 200
-    })
-    .await;
+    until_ready("webhook ready", &webhook, Some(&ca)).await;
     // One review, so the review counter has a series (its labels come from the reviews).
     let review = Command::new("curl")
         .args(["-s", "--cacert"])

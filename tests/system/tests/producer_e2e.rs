@@ -155,10 +155,7 @@ async fn producer_between_a_project_and_the_hub() {
         .expect("their record");
 
     let producer = start_producer(hub_cp, &project_cp, &[]);
-    eventually(Duration::from_secs(30), "producer ready", async || {
-        http_status(&format!("http://127.0.0.1:{}/readyz", producer.port), None) == 200
-    })
-    .await;
+    until_ready("producer ready", &producer, None).await;
 
     // Upstream 1: no proxy → an empty record.
     eventually(Duration::from_secs(10), "empty record for proj-a", async || record(&hub, &a).await == Some(vec![]))
@@ -292,10 +289,7 @@ async fn producer_between_a_project_and_the_hub() {
     // The whole flow, with the webhook and the pruner on the hub.
     let webhook = start_webhook(hub_cp, &hub_cp.kubeconfig);
     let ca = dev_certs().join("ca.crt");
-    eventually(Duration::from_secs(30), "webhook ready", async || {
-        http_status(&format!("https://127.0.0.1:{}/readyz", webhook.port), Some(&ca)) == 200
-    })
-    .await;
+    until_ready("webhook ready", &webhook, Some(&ca)).await;
     register_webhook(&hub, webhook.port, SCOPE).await;
     eventually(Duration::from_secs(30), "webhook in effect", async || {
         create(&hub, &a, &slice(SCOPE, "marker", true, &["fd20:0:2::9"]), true).await.is_err()

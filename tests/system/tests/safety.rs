@@ -37,10 +37,7 @@ async fn a_withdrawal_over_many_namespaces_is_paced_as_one() {
     }))
     .await;
     let pruner = start_pruner(cp, TEST, &cp.kubeconfig, &["--no-leader-election", "--max-deletes-per-second=20"]);
-    eventually(Duration::from_secs(30), "pruner ready", async || {
-        http_status(&format!("http://127.0.0.1:{}/readyz", pruner.port), None) == 200
-    })
-    .await;
+    until_ready("pruner ready", &pruner, None).await;
     futures::future::join_all(names.iter().map(async |ns| set_record(&client, ns, &[]).await)).await;
     let started = Instant::now();
     let slices: Api<EndpointSlice> = Api::all(client.clone());
@@ -69,10 +66,7 @@ async fn a_copy_that_slipped_past_the_webhook_is_collected_at_once() {
     namespace(&client, "slipped-a", &[]).await;
     set_record(&client, "slipped-a", &["fd20:0:8::1"]).await;
     let pruner = start_pruner(cp, TEST, &cp.kubeconfig, &["--no-leader-election", "--resync=10m", "--grace=1s"]);
-    eventually(Duration::from_secs(30), "pruner ready", async || {
-        http_status(&format!("http://127.0.0.1:{}/readyz", pruner.port), None) == 200
-    })
-    .await;
+    until_ready("pruner ready", &pruner, None).await;
     tokio::time::sleep(Duration::from_millis(500)).await; // the pass after the list has run
     let started = Instant::now();
     create(&client, "slipped-a", &slice(TEST, "slipped", true, &["fd20:0:8::9"]), false).await.expect("no webhook");
@@ -102,10 +96,7 @@ async fn a_leader_that_cannot_renew_stops_deleting_and_a_clean_stop_hands_over()
     let first = start_pruner(cp, TEST, &cp.kubeconfig, &[&args[..], &["--identity=first"]].concat());
     eventually(Duration::from_secs(30), "the first pruner leads", async || leads(&first)).await;
     let second = start_pruner(cp, TEST, &cp.kubeconfig, &[&args[..], &["--identity=second"]].concat());
-    eventually(Duration::from_secs(30), "the second pruner ready", async || {
-        http_status(&format!("http://127.0.0.1:{}/readyz", second.port), None) == 200
-    })
-    .await;
+    until_ready("the second pruner ready", &second, None).await;
     assert!(!leads(&second), "one leader");
 
     for i in 0..20 {

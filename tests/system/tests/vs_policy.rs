@@ -88,10 +88,7 @@ async fn webhook_versus_validating_admission_policy() {
     set_record(&client, "vs-one", &["fd20:0:c::1"]).await;
     let webhook = start_webhook(&cp, &cp.kubeconfig);
     let ca = dev_certs().join("ca.crt");
-    eventually(Duration::from_secs(30), "webhook ready", async || {
-        http_status(&format!("https://127.0.0.1:{}/readyz", webhook.port), Some(&ca)) == 200
-    })
-    .await;
+    until_ready("webhook ready", &webhook, Some(&ca)).await;
 
     // 1. Answers.
     let last_named = |n: usize| -> Vec<String> {
