@@ -36,6 +36,17 @@ fn deploy_keeps_the_generated_roles() {
 }
 
 #[test]
+fn deploy_keeps_the_generated_ca_bundle_role() {
+    let (code, printed) = edgegate(&["rbac", "--ca-bundle"]);
+    assert_eq!(code, 0);
+    let kept = std::fs::read_to_string(repo("deploy/base/ca-bundle/role.yaml")).expect("role");
+    assert_eq!(
+        printed, kept,
+        "deploy/base/ca-bundle/role.yaml is stale: run `cargo run -q --bin edgegate -- rbac --ca-bundle > deploy/base/ca-bundle/role.yaml`"
+    );
+}
+
+#[test]
 fn check_exits_by_decision() {
     let dir = tempfile::tempdir().expect("tempdir");
     let slice = repo("examples/copy-endpointslice.yaml");

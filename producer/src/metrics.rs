@@ -33,6 +33,12 @@ pub struct Metrics {
 }
 
 impl Metrics {
+    /// With the expiry of the hub kubeconfig's token, when it has one.
+    pub fn with_hub_token(mut self, hub: &edgegate::runtime::flags::HubArgs) -> Self {
+        edgegate::runtime::metrics::register_hub_token_expiry(&mut self.registry, hub);
+        self
+    }
+
     pub fn new() -> Self {
         let mut registry = Registry::with_prefix("edgegate");
         let projects = registered(&mut registry, "producer_projects", "Engaged projects, by state: synced or unsynced");

@@ -45,7 +45,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         }
         (None, None) => anyhow::bail!("give --project-kubeconfig or --projects-dir"),
     }
-    let metrics = Arc::new(Metrics::new());
+    let metrics = Arc::new(Metrics::new().with_hub_token(&args.hub));
     let recorder = controller.recorder("edgegate-producer");
     let producer = Producer {
         hub,

@@ -26,7 +26,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let grace: Grace = Arc::new(Mutex::new(Hold::new(args.grace)));
     let observer = named_again(Arc::clone(&grace), Arc::clone(&copies));
     start_watches(&controller.hub, &args.copy_selector, &records, &copies, changes_tx.clone(), Some(observer));
-    let metrics = Arc::new(Metrics::new());
+    let metrics = Arc::new(Metrics::new().with_hub_token(&args.hub));
     let admin = Admin {
         records: Arc::clone(&records),
         copies: Arc::clone(&copies),

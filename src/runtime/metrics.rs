@@ -16,6 +16,19 @@ pub fn registered<M: Metric + Clone + Default>(registry: &mut Registry, name: &s
     metric
 }
 
+/// `edgegate_hub_token_expiry_timestamp_seconds`, when the hub's kubeconfig has a token that
+/// expires (see [`super::client::hub_token_expiry`]); an alert fires weeks before.
+pub fn register_hub_token_expiry(registry: &mut Registry, hub: &super::flags::HubArgs) {
+    if let Some(expiry) = super::client::hub_token_expiry(hub) {
+        let gauge: prometheus_client::metrics::gauge::Gauge = registered(
+            registry,
+            "hub_token_expiry_timestamp_seconds",
+            "When the bearer token of the hub kubeconfig expires, in seconds since the Unix epoch",
+        );
+        gauge.set(expiry);
+    }
+}
+
 /// The text exposition of `registry`.
 pub fn encode(registry: &Registry) -> String {
     let mut text = String::new();

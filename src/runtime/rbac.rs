@@ -19,13 +19,22 @@ pub const WEBHOOK: &[Rule] = &[Rule {
     verbs: &["list", "watch"],
 }];
 
-/// `edgegate-webhook --ca-bundle-for edgegate`: its one webhook configuration, read and patched.
-pub const WEBHOOK_CA_BUNDLE: Rule = Rule {
-    group: "admissionregistration.k8s.io",
-    resource: "validatingwebhookconfigurations",
-    names: &["edgegate"],
-    verbs: &["get", "patch"],
-};
+/// `edgegate-webhook --ca-bundle-for edgegate`: its webhook configurations (the validating one,
+/// and the mutating one of components/trim), read and patched.
+pub const WEBHOOK_CA_BUNDLE: &[Rule] = &[
+    Rule {
+        group: "admissionregistration.k8s.io",
+        resource: "validatingwebhookconfigurations",
+        names: &["edgegate"],
+        verbs: &["get", "patch"],
+    },
+    Rule {
+        group: "admissionregistration.k8s.io",
+        resource: "mutatingwebhookconfigurations",
+        names: &["edgegate"],
+        verbs: &["get", "patch"],
+    },
+];
 
 /// `edgegate-pruner`: records and copies listed and watched, copies deleted, an Event per deletion
 /// (kube's recorder patches a repeated event into a series), and its Lease (read, created, and

@@ -50,9 +50,10 @@ pub struct Args {
     #[command(flatten)]
     pub hub: HubArgs,
 
-    /// Keep the caBundle of this ValidatingWebhookConfiguration (on the cluster --kubeconfig names)
-    /// equal to the CA of the served certificate, at start and around every rotation. For API
-    /// servers no CA injector watches, such as a Karmada hub's.
+    /// Keep the caBundle of this ValidatingWebhookConfiguration, and of the MutatingWebhookConfiguration
+    /// of this name if there is one (on the cluster --kubeconfig names), equal to the CA of the
+    /// served certificate, at start and around every rotation. For API servers no CA injector
+    /// watches, such as a Karmada hub's, and for rotating the CA without refusing admissions.
     #[arg(long, env = "EDGEGATE_CA_BUNDLE_FOR", value_name = "NAME", requires = "tls_cert")]
     pub ca_bundle_for: Option<String>,
 
@@ -67,8 +68,9 @@ pub struct Args {
     pub ca_bundle_settle: Duration,
 
     /// With --ca-bundle-for: how long the old CA stays in the bundle after a rotation, for the other
-    /// replicas to pick up the new certificate.
-    #[arg(long, env = "EDGEGATE_CA_BUNDLE_KEEP_OLD", value_parser = parse_duration, default_value = "2m")]
+    /// replicas to pick up the new certificate (a kubelet delivers a changed Secret to each Pod
+    /// on its own schedule, a minute or two apart). Trusting the old CA longer costs nothing.
+    #[arg(long, env = "EDGEGATE_CA_BUNDLE_KEEP_OLD", value_parser = parse_duration, default_value = "10m")]
     pub ca_bundle_keep_old: Duration,
 
     /// Only EdgeReachability records with this name count; others are ignored and counted.

@@ -1,6 +1,8 @@
-//! `--ca-bundle-for NAME`: keep the caBundle of a ValidatingWebhookConfiguration equal to the CA
-//! of the certificate this webhook serves, for API servers no CA injector watches (a Karmada
-//! hub's karmada-apiserver: cert-manager's injector only watches the cluster it runs in).
+//! `--ca-bundle-for NAME`: keep the caBundle of the ValidatingWebhookConfiguration NAME (and of the
+//! MutatingWebhookConfiguration NAME, when there is one) equal to the CA of the certificate this
+//! webhook serves. For API servers no CA injector watches (a Karmada hub's karmada-apiserver:
+//! cert-manager's injector only watches the cluster it runs in), and for CA rotations, which an
+//! injector that copies the issuing CA alone cannot make without refusing admissions.
 //!
 //! A rotation must never break admissions, so the bundle changes in two steps around the swap:
 //! first the new CA is *added* and given time to reach the API server (`--ca-bundle-settle`), then
@@ -11,9 +13,8 @@ use std::time::Duration;
 
 use anyhow::Context;
 use k8s_openapi::ByteString;
-use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
 use kube::Api;
-use kube::api::{Patch, PatchParams};
+use kube::api::{ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams};
 use rustls::pki_types::CertificateDer;
 use rustls::pki_types::pem::PemObject;
 
@@ -62,18 +63,30 @@ fn pem_text(blocks: &[BundleCert]) -> Vec<u8> {
     blocks.iter().map(|b| b.pem.as_str()).collect::<String>().into_bytes()
 }
 
-/// Keeps one webhook configuration's caBundle in step with the served certificate's CA.
+/// Keeps the caBundles of edgegate's webhook configurations in step with the served certificate's CA.
 #[derive(Clone)]
 pub struct CaBundleKeeper {
-    api: Api<ValidatingWebhookConfiguration>,
+    /// The validating configuration (which must exist), then the mutating one (kept if it exists:
+    /// only hubs that trim copies have it).
+    configs: [(Api<DynamicObject>, &'static str); 2],
     name: String,
     pub settle: Duration,
     pub keep_old: Duration,
 }
 
+fn webhook_configurations(client: &kube::Client, kind: &'static str) -> (Api<DynamicObject>, &'static str) {
+    let gvk = GroupVersionKind::gvk("admissionregistration.k8s.io", "v1", kind);
+    let plural = format!("{}s", kind.to_lowercase());
+    (Api::all_with(client.clone(), &ApiResource::from_gvk_with_plural(&gvk, &plural)), kind)
+}
+
 impl CaBundleKeeper {
     pub fn new(client: kube::Client, name: String, settle: Duration, keep_old: Duration) -> Self {
-        CaBundleKeeper { api: Api::all(client), name, settle, keep_old }
+        let configs = [
+            webhook_configurations(&client, "ValidatingWebhookConfiguration"),
+            webhook_configurations(&client, "MutatingWebhookConfiguration"),
+        ];
+        CaBundleKeeper { configs, name, settle, keep_old }
     }
 
     /// Make every webhook's bundle hold `ca` (adding it to what is there). True if anything changed.
@@ -99,36 +112,53 @@ impl CaBundleKeeper {
         self.rewrite(|_| wanted.clone()).await
     }
 
-    /// Read the configuration, compute each webhook's new bundle, and patch what differs, guarded
-    /// by the resourceVersion read (a concurrent writer makes the patch fail; the caller retries).
+    /// Rewrite both configurations' bundles; true if either changed.
     async fn rewrite(&self, bundle: impl Fn(&[u8]) -> Vec<BundleCert>) -> anyhow::Result<bool> {
-        let config = self
-            .api
-            .get(&self.name)
-            .await
-            .with_context(|| format!("reading ValidatingWebhookConfiguration {}", self.name))?;
+        let [(validating, validating_kind), (mutating, mutating_kind)] = &self.configs;
+        let mut changed = self
+            .rewrite_one(validating, validating_kind, &bundle)
+            .await?
+            .with_context(|| format!("{validating_kind} {} does not exist", self.name))?;
+        changed |= self.rewrite_one(mutating, mutating_kind, &bundle).await?.unwrap_or(false);
+        Ok(changed)
+    }
+
+    /// Read one configuration, compute each webhook's new bundle, and patch what differs, guarded
+    /// by the resourceVersion read (a concurrent writer makes the patch fail; the caller retries).
+    /// None if the configuration does not exist.
+    async fn rewrite_one(
+        &self,
+        api: &Api<DynamicObject>,
+        kind: &str,
+        bundle: &impl Fn(&[u8]) -> Vec<BundleCert>,
+    ) -> anyhow::Result<Option<bool>> {
+        let Some(config) = api.get_opt(&self.name).await.with_context(|| format!("reading {kind} {}", self.name))?
+        else {
+            return Ok(None);
+        };
         let mut ops = vec![serde_json::json!({
             "op": "test", "path": "/metadata/resourceVersion", "value": config.metadata.resource_version,
         })];
-        for (i, webhook) in config.webhooks.iter().flatten().enumerate() {
-            let current = webhook.client_config.ca_bundle.as_ref().map(|b| b.0.as_slice()).unwrap_or_default();
-            let next = bundle(current);
-            if pem_blocks(current) != next {
-                let next = pem_text(&next);
+        let webhooks = config.data.get("webhooks").and_then(|w| w.as_array()).cloned().unwrap_or_default();
+        for (i, webhook) in webhooks.iter().enumerate() {
+            let current: Option<ByteString> =
+                serde_json::from_value(webhook["clientConfig"]["caBundle"].clone()).unwrap_or_default();
+            let current = current.map(|b| b.0).unwrap_or_default();
+            let next = bundle(&current);
+            if pem_blocks(&current) != next {
                 ops.push(serde_json::json!({
-                    "op": "add", "path": format!("/webhooks/{i}/clientConfig/caBundle"), "value": ByteString(next),
+                    "op": "add", "path": format!("/webhooks/{i}/clientConfig/caBundle"), "value": ByteString(pem_text(&next)),
                 }));
             }
         }
         if ops.len() == 1 {
-            return Ok(false);
+            return Ok(Some(false));
         }
         let patch: json_patch::Patch = serde_json::from_value(serde_json::Value::Array(ops))?;
-        self.api
-            .patch(&self.name, &PatchParams::default(), &Patch::<()>::Json(patch))
+        api.patch(&self.name, &PatchParams::default(), &Patch::<()>::Json(patch))
             .await
-            .with_context(|| format!("patching the caBundle of {}", self.name))?;
-        Ok(true)
+            .with_context(|| format!("patching the caBundle of {kind} {}", self.name))?;
+        Ok(Some(true))
     }
 
     /// Retry `include` until it succeeds (the hub may be briefly unreachable).

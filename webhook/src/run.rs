@@ -24,7 +24,7 @@ pub async fn serve(args: Args, extra: axum::Router) -> anyhow::Result<()> {
         .install_default()
         .map_err(|_| anyhow::anyhow!("a rustls crypto provider was already installed"))?;
     let shutdown = CancellationToken::new();
-    let metrics = Arc::new(Metrics::new());
+    let metrics = Arc::new(Metrics::new().with_hub_token(&args.hub));
     let store = Arc::new(RecordStore::new(args.record_name.clone()).with_max_staleness(args.max_staleness));
     start_record_source(&args, Arc::clone(&store), Arc::clone(&metrics), shutdown.clone()).await?;
 

@@ -372,6 +372,59 @@ impl ControlPlane {
         edgegate::runtime::client::kube_client(Some(&self.kubeconfig), None).await.expect("admin client")
     }
 
+    /// A kubeconfig with a bound token of ServiceAccount `name` in `ns` (created if missing, and
+    /// bound to ClusterRole `role` if given), valid for `seconds`: what a Karmada hub's binaries
+    /// run with (docs/deploy.md).
+    pub async fn service_account_kubeconfig(&self, ns: &str, name: &str, role: Option<&str>, seconds: i64) -> PathBuf {
+        use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
+        use k8s_openapi::api::core::v1::ServiceAccount;
+        use kube::api::{Patch, PatchParams, PostParams};
+        let client = self.client().await;
+        let apply = PatchParams::apply("edgegate-tests").force();
+        let accounts: kube::Api<ServiceAccount> = kube::Api::namespaced(client.clone(), ns);
+        let account = serde_json::json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": name}});
+        accounts.patch(name, &apply, &Patch::Apply(&account)).await.expect("service account");
+        if let Some(role) = role {
+            let binding = serde_json::json!({
+                "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+                "metadata": {"name": format!("{ns}-{name}")},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+                "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": ns}],
+            });
+            let bindings: kube::Api<kube::api::DynamicObject> = kube::Api::all_with(
+                client,
+                &kube::api::ApiResource::from_gvk_with_plural(
+                    &kube::api::GroupVersionKind::gvk("rbac.authorization.k8s.io", "v1", "ClusterRoleBinding"),
+                    "clusterrolebindings",
+                ),
+            );
+            bindings.patch(&format!("{ns}-{name}"), &apply, &Patch::Apply(&binding)).await.expect("binding");
+        }
+        let request = TokenRequest {
+            spec: Some(TokenRequestSpec { expiration_seconds: Some(seconds), ..Default::default() }),
+            ..Default::default()
+        };
+        let token = accounts
+            .create_token_request(name, &PostParams::default(), &request)
+            .await
+            .expect("token request")
+            .status
+            .and_then(|s| s.token)
+            .expect("token");
+        let path = self.dir.join(format!("{ns}-{name}.kubeconfig"));
+        let admin = std::fs::read_to_string(&self.kubeconfig).expect("kubeconfig");
+        let (head, _) = admin.split_once("users:").expect("users");
+        std::fs::write(
+            &path,
+            format!(
+                "{head}users:\n- name: admin\n  user:\n    token: {token}\n\
+                 contexts:\n- name: admin\n  context: {{cluster: cp, user: admin}}\ncurrent-context: admin\n"
+            ),
+        )
+        .expect("kubeconfig");
+        path
+    }
+
     /// A kubeconfig that impersonates `user` (in `groups`) through the admin credentials.
     pub fn impersonating(&self, user: &str, groups: &[&str]) -> PathBuf {
         let admin = std::fs::read_to_string(&self.kubeconfig).expect("kubeconfig");

@@ -78,13 +78,22 @@ pub async fn forward(listener: tokio::net::TcpListener, to: std::net::SocketAddr
 /// The API server's admin kubeconfig, pointed at a relay on the link's host side: how a process in
 /// the namespace reaches it (its serving certificate names that address too).
 pub async fn kubeconfig_through_link(cp: &crate::control_plane::ControlPlane, file: &str) -> std::path::PathBuf {
+    relayed_kubeconfig(cp, &cp.kubeconfig, file).await
+}
+
+/// [`kubeconfig_through_link`] of another kubeconfig of `cp`'s (a ServiceAccount's).
+pub async fn relayed_kubeconfig(
+    cp: &crate::control_plane::ControlPlane,
+    from: &std::path::Path,
+    file: &str,
+) -> std::path::PathBuf {
     let listener = tokio::net::TcpListener::bind((NETNS_HOST_ADDRESS, 0)).await.expect("bind on the link");
     let through = listener.local_addr().expect("addr");
     let api_server: std::net::SocketAddr =
         cp.server.trim_start_matches("https://").parse().expect("API server address");
     tokio::spawn(forward(listener, api_server));
     let kubeconfig = cp.dir.join(file);
-    let admin = std::fs::read_to_string(&cp.kubeconfig).expect("kubeconfig");
-    std::fs::write(&kubeconfig, admin.replace(&cp.server, &format!("https://{through}"))).expect("kubeconfig");
+    let from = std::fs::read_to_string(from).expect("kubeconfig");
+    std::fs::write(&kubeconfig, from.replace(&cp.server, &format!("https://{through}"))).expect("kubeconfig");
     kubeconfig
 }

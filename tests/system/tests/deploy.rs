@@ -5,7 +5,7 @@ use std::path::Path;
 use std::process::Command;
 
 use clap::CommandFactory;
-use edgegate::runtime::rbac::{PRUNER, PRUNER_LEASE, Rule, WEBHOOK};
+use edgegate::runtime::rbac::{PRUNER, PRUNER_LEASE, Rule, WEBHOOK, WEBHOOK_CA_BUNDLE};
 use edgegate_system_tests::helpers::{deploy_dev_certs, kustomization, repo};
 use serde_json::{Value, json};
 
@@ -209,6 +209,9 @@ fn assert_installable(objects: &[Value]) {
             assert_eq!(from, "edgegate-system/edgegate-webhook", "{kind}");
             let cert = find(objects, "Certificate", "edgegate-webhook");
             assert_eq!(cert["spec"]["secretName"], "edgegate-webhook-tls");
+        } else if keeps_its_ca_bundle(objects).is_some_and(|name| config["metadata"]["name"] == name) {
+            // components/ca-keeper: the webhook writes the CA of the certificate it mounts.
+            find(objects, "Certificate", "edgegate-webhook");
         } else {
             let strip = |v: &Value| v.as_str().unwrap_or_default().split_whitespace().collect::<String>();
             let bundle = strip(&config["webhooks"][0]["clientConfig"]["caBundle"]);
@@ -224,6 +227,13 @@ fn assert_installable(objects: &[Value]) {
     {
         assert_eq!(webhook["spec"]["template"]["spec"]["volumes"][0]["secret"]["secretName"], "edgegate-webhook-tls");
     }
+}
+
+/// The webhook configurations the webhook keeps the caBundle of itself (`EDGEGATE_CA_BUNDLE_FOR`), if any.
+fn keeps_its_ca_bundle(objects: &[Value]) -> Option<&str> {
+    let webhook = objects.iter().find(|o| o["kind"] == "Deployment" && o["metadata"]["name"] == "edgegate-webhook")?;
+    let env = webhook["spec"]["template"]["spec"]["containers"][0]["env"].as_array()?;
+    env.iter().find(|e| e["name"] == "EDGEGATE_CA_BUNDLE_FOR")?["value"].as_str()
 }
 
 /// A user's kustomization of these lines, rendered.
@@ -341,6 +351,31 @@ fn every_documented_combination_is_installable() {
     assert!(has(&observe_dev, "MutatingWebhookConfiguration"));
 }
 
+/// components/ca-keeper after components/cert-manager: no configuration is injected any more, the
+/// webhook keeps both (with trim) itself, and may read and patch exactly those two.
+#[test]
+fn the_ca_keeper_takes_the_ca_bundles_over_from_the_injector() {
+    for (name, enforce) in [("observe-ca-keeper", None), ("enforce-ca-keeper", Some("components/enforce"))] {
+        let mut components = vec!["components/trim", "components/cert-manager", "components/ca-keeper"];
+        components.extend(enforce);
+        components.push("components/images");
+        let objects = compose(name, &["base"], &components);
+        assert_common(&objects);
+        assert_installable(&objects);
+        assert_mode(&objects, if enforce.is_some() { Mode::Enforce } else { Mode::Observe });
+        assert_eq!(keeps_its_ca_bundle(&objects), Some("edgegate"), "{name}");
+        for kind in ["ValidatingWebhookConfiguration", "MutatingWebhookConfiguration"] {
+            let config = find(&objects, kind, "edgegate");
+            assert!(config["metadata"]["annotations"]["cert-manager.io/inject-ca-from"].is_null(), "{name}: {kind}");
+        }
+        assert_eq!(rules_of(find(&objects, "ClusterRole", "edgegate-webhook-ca-bundle")), expected(WEBHOOK_CA_BUNDLE));
+        assert_eq!(
+            find(&objects, "ClusterRoleBinding", "edgegate-webhook-ca-bundle")["subjects"],
+            json!([{"kind": "ServiceAccount", "name": "edgegate-webhook", "namespace": "edgegate-system"}])
+        );
+    }
+}
+
 #[test]
 fn the_webhook_mounts_its_certificate_where_its_flags_point() {
     let objects = dev_overlay();
@@ -408,13 +443,14 @@ fn karmada_hub_overlay_registers_the_webhook_by_url_with_exact_rbac() {
     assert_eq!(rules_of(find(&objects, "ClusterRole", "edgegate-webhook")), expected(WEBHOOK));
     assert_eq!(rules_of(find(&objects, "ClusterRole", "edgegate-pruner")), expected(PRUNER));
     assert_eq!(rules_of(find(&objects, "Role", "edgegate-pruner-lease")), expected(&[PRUNER_LEASE]));
-    let ca_role = find(&objects, "ClusterRole", "edgegate-webhook-ca-bundle");
-    let rule = edgegate::runtime::rbac::WEBHOOK_CA_BUNDLE;
-    assert_eq!(
-        ca_role["rules"],
-        json!([{"apiGroups": [rule.group], "resources": [rule.resource], "resourceNames": rule.names, "verbs": rule.verbs}])
-    );
-    assert_eq!(rule.names, [vwc["metadata"]["name"].as_str().unwrap_or_default()], "the role names this configuration");
+    assert_eq!(rules_of(find(&objects, "ClusterRole", "edgegate-webhook-ca-bundle")), expected(WEBHOOK_CA_BUNDLE));
+    for rule in WEBHOOK_CA_BUNDLE {
+        assert_eq!(
+            rule.names,
+            [vwc["metadata"]["name"].as_str().unwrap_or_default()],
+            "the role names this configuration"
+        );
+    }
     find(&objects, "CustomResourceDefinition", "edgereachabilities.networking.datumapis.com");
     assert!(!has(&objects, "Deployment"), "no Pods run on karmada-apiserver");
 }

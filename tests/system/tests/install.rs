@@ -7,7 +7,7 @@ use std::process::Command;
 
 use edgegate_system_tests::cert_manager::start_cert_manager;
 use edgegate_system_tests::helpers::*;
-use edgegate_system_tests::netns::{NETNS_ADDRESS, NetNs, kubeconfig_through_link};
+use edgegate_system_tests::netns::{NETNS_ADDRESS, NetNs, kubeconfig_through_link, relayed_kubeconfig};
 use edgegate_system_tests::secret_volume::SecretVolume;
 use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
 use k8s_openapi::api::core::v1::Secret;
@@ -170,6 +170,7 @@ impl Replica {
         port: u16,
         mode: &str,
         secret: &Secret,
+        extra: &[String],
     ) -> Replica {
         let mut volume = SecretVolume::new(&cp.dir.join(format!("webhook-tls-{port}")));
         volume.project(secret);
@@ -190,6 +191,7 @@ impl Replica {
             format!("--tls-key={}", volume.dir.join("tls.key").display()),
             "--shutdown-grace=1s".to_owned(),
         ];
+        let args: Vec<String> = args.into_iter().chain(extra.iter().cloned()).collect();
         let process = Process { child: spawn_guarded(Path::new("ip"), &args, &log), port, log };
         let replica = Replica { _process: process, volume, port, admin };
         eventually(Duration::from_secs(30), "replica ready", async || replica.get(netns, "/readyz").contains("ok"))
@@ -248,7 +250,7 @@ async fn serving_secret(client: &Client) -> Secret {
 }
 
 /// What `cmctl renew` does: the Certificate's Issuing condition, reason ManuallyTriggered.
-async fn renew(client: &Client) {
+async fn renew(client: &Client, name: &str) {
     let certificates: Api<kube::api::DynamicObject> = Api::namespaced_with(
         client.clone(),
         "edgegate-system",
@@ -258,13 +260,13 @@ async fn renew(client: &Client) {
         ),
     );
     let now = jiff_now();
-    let mut cert = certificates.get("edgegate-webhook").await.expect("certificate");
+    let mut cert = certificates.get(name).await.expect("certificate");
     let status = cert.data["status"].as_object_mut().expect("status");
     let conditions = status.entry("conditions").or_insert(json!([])).as_array_mut().expect("conditions");
     conditions.retain(|c| c["type"] != "Issuing");
     conditions.push(json!({"type": "Issuing", "status": "True", "reason": "ManuallyTriggered",
                            "message": "re-issued by the renewal test", "lastTransitionTime": now}));
-    certificates.replace_status("edgegate-webhook", &Default::default(), &cert).await.expect("Issuing=True");
+    certificates.replace_status(name, &Default::default(), &cert).await.expect("Issuing=True");
 }
 
 fn jiff_now() -> String {
@@ -309,7 +311,7 @@ async fn observe_then_enforce_with_the_real_cert_manager_through_the_service() {
     let kubeconfig = kubeconfig_through_link(&cp, "webhook-netns.kubeconfig").await;
     namespace(&client, "cell-e", &[]).await;
     set_record(&client, "cell-e", &["fd20:0:e::1"]).await;
-    let a = Replica::start(&cp, &netns, &kubeconfig, 8443, "warn", &secret).await;
+    let a = Replica::start(&cp, &netns, &kubeconfig, 8443, "warn", &secret, &[]).await;
     a.publish(&client).await;
     // Observing: an unnamed copy is admitted, after a call that went through the Service.
     eventually(Duration::from_secs(30), "the API server calls the webhook through its Service", async || {
@@ -327,8 +329,8 @@ async fn observe_then_enforce_with_the_real_cert_manager_through_the_service() {
         &["components/cert-manager", "components/enforce", "components/images"],
     );
     drop(a);
-    let a = Replica::start(&cp, &netns, &kubeconfig, 8443, "deny", &secret).await;
-    let mut b = Replica::start(&cp, &netns, &kubeconfig, 8444, "deny", &secret).await;
+    let a = Replica::start(&cp, &netns, &kubeconfig, 8443, "deny", &secret, &[]).await;
+    let mut b = Replica::start(&cp, &netns, &kubeconfig, 8444, "deny", &secret, &[]).await;
     b.publish(&client).await;
     eventually(Duration::from_secs(30), "an unnamed copy refused through the Service", async || {
         write_copy_at(&client, "cell-e", "refused", "fd20:0:e::9").await.is_err_and(|e| e.contains("is not carried"))
@@ -339,27 +341,11 @@ async fn observe_then_enforce_with_the_real_cert_manager_through_the_service() {
     // Renewal under load: copies written continuously while the certificate is re-issued and its
     // Secret reaches replica a 3 s later and replica b 8 s later.
     let mut a = a;
-    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let load = {
-        let (client, stop) = (client.clone(), std::sync::Arc::clone(&stop));
-        tokio::spawn(async move {
-            let (mut admitted, mut failed) = (0u64, Vec::new());
-            let mut i = 0;
-            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                match write_copy_at(&client, "cell-e", &format!("load-{i}"), "fd20:0:e::1").await {
-                    Ok(()) => admitted += 1,
-                    Err(e) => failed.push(e),
-                }
-                i += 1;
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-            (admitted, failed)
-        })
-    };
+    let load = Load::start(&client, "cell-e", "fd20:0:e::1");
     let old = serial(&secret);
     let (a_reloads, b_reloads) = (a.reloads(&netns), b.reloads(&netns));
     let renewed_at = Instant::now();
-    renew(&client).await;
+    renew(&client, "edgegate-webhook").await;
     let mut renewed = None;
     let secrets: Api<Secret> = Api::namespaced(client.clone(), "edgegate-system");
     eventually(Duration::from_secs(90), "a re-issued certificate", async || {
@@ -378,16 +364,137 @@ async fn observe_then_enforce_with_the_real_cert_manager_through_the_service() {
     eventually(Duration::from_secs(10), "replica b serves the new certificate", async || b.reloads(&netns) > b_reloads)
         .await;
     tokio::time::sleep(Duration::from_secs(2)).await;
-    stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    let (admitted, failed) = load.await.expect("load");
-    eprintln!(
-        "renewal under load: {admitted} copies admitted, {} failed, over {:?}",
-        failed.len(),
-        renewed_at.elapsed()
-    );
-    assert!(admitted > 100, "the load ran: {admitted}");
-    assert!(failed.is_empty(), "admissions failed during the renewal: {failed:?}");
+    load.stop_without_failures("renewal", renewed_at).await;
     drop((a, b));
+}
+
+/// The caBundle of edgegate's ValidatingWebhookConfiguration, as certificates.
+async fn ca_bundle(client: &Client) -> Vec<edgegate_webhook::ca_bundle::BundleCert> {
+    let vwcs: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
+    let bundle = vwcs.get("edgegate").await.ok().and_then(|v| v.webhooks?.first()?.client_config.ca_bundle.clone());
+    edgegate_webhook::ca_bundle::pem_blocks(&bundle.map(|b| b.0).unwrap_or_default())
+}
+
+fn ca_of(secret: &Secret) -> Vec<edgegate_webhook::ca_bundle::BundleCert> {
+    edgegate_webhook::ca_bundle::pem_blocks(
+        secret.data.as_ref().and_then(|d| d.get("ca.crt")).map(|b| b.0.as_slice()).unwrap_or_default(),
+    )
+}
+
+/// A rotation of edgegate's CA while copies are written, with components/ca-keeper: the replicas
+/// (on the webhook ServiceAccount's own token, so with the render's RBAC) keep the caBundle
+/// themselves. cert-manager re-issues the CA, then the serving certificate from it; the Secret
+/// reaches replica a 3 s later and replica b 8 s after that. Both CAs are trusted from before
+/// a presents the new certificate until after b does; then the bundle narrows to the new CA.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ca_rotation_under_load_with_the_keeper() {
+    if !runs_as_root("a network namespace") {
+        return;
+    }
+    let cp = ControlPlane::own();
+    start_cert_manager(&cp);
+    let client = cp.client().await;
+    let observe = ["components/cert-manager", "components/ca-keeper", "components/images"];
+    apply(&cp, "observe-ca-keeper", &["base"], &observe);
+    let secret = serving_secret(&client).await;
+    let first_ca = ca_of(&secret);
+
+    let netns = NetNs::create();
+    let token = cp.service_account_kubeconfig("edgegate-system", "edgegate-webhook", None, 3600).await;
+    let kubeconfig = relayed_kubeconfig(&cp, &token, "webhook-sa-netns.kubeconfig").await;
+    namespace(&client, "cell-r", &[]).await;
+    set_record(&client, "cell-r", &["fd20:0:f::1"]).await;
+    let keeper = ["--ca-bundle-for=edgegate".to_owned(), "--ca-bundle-keep-old=20s".to_owned()];
+    let mut a = Replica::start(&cp, &netns, &kubeconfig, 8445, "deny", &secret, &keeper).await;
+    let mut b = Replica::start(&cp, &netns, &kubeconfig, 8446, "deny", &secret, &keeper).await;
+    a.publish(&client).await;
+    b.publish(&client).await;
+    eventually(Duration::from_secs(30), "the keeper fills the caBundle", async || ca_bundle(&client).await == first_ca)
+        .await;
+    let enforce = ["components/cert-manager", "components/ca-keeper", "components/enforce", "components/images"];
+    apply(&cp, "enforce-ca-keeper", &["base"], &enforce);
+    eventually(Duration::from_secs(30), "an unnamed copy refused through the Service", async || {
+        write_copy_at(&client, "cell-r", "refused", "fd20:0:f::9").await.is_err_and(|e| e.contains("is not carried"))
+    })
+    .await;
+
+    let load = Load::start(&client, "cell-r", "fd20:0:f::1");
+    let rotated_at = Instant::now();
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), "edgegate-system");
+    let old_ca = secrets.get("edgegate-ca").await.expect("CA secret");
+    renew(&client, "edgegate-ca").await;
+    eventually(Duration::from_secs(90), "a new CA", async || {
+        secrets.get("edgegate-ca").await.is_ok_and(|s| serial(&s) != serial(&old_ca))
+    })
+    .await;
+    renew(&client, "edgegate-webhook").await;
+    let mut renewed = None;
+    eventually(Duration::from_secs(90), "a serving certificate from the new CA", async || {
+        renewed =
+            secrets.get("edgegate-webhook-tls").await.ok().filter(|s| !ca_of(s).is_empty() && ca_of(s) != first_ca);
+        renewed.is_some()
+    })
+    .await;
+    let renewed = renewed.expect("renewed");
+    let second_ca = ca_of(&renewed);
+    eprintln!("CA rotation: new CA and certificate in the Secret {:?} after the trigger", rotated_at.elapsed());
+
+    let (a_reloads, b_reloads) = (a.reloads(&netns), b.reloads(&netns));
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    a.volume.project(&renewed);
+    eventually(Duration::from_secs(30), "replica a serves the new certificate", async || a.reloads(&netns) > a_reloads)
+        .await;
+    let both: Vec<_> = first_ca.iter().chain(&second_ca).cloned().collect();
+    assert_eq!(ca_bundle(&client).await, both, "while b serves the old certificate, both CAs are trusted");
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    b.volume.project(&renewed);
+    eventually(Duration::from_secs(30), "replica b serves the new certificate", async || b.reloads(&netns) > b_reloads)
+        .await;
+    let narrowed = eventually(Duration::from_secs(60), "the bundle narrowed to the new CA", async || {
+        ca_bundle(&client).await == second_ca
+    })
+    .await;
+    eprintln!("CA rotation: bundle narrowed {narrowed:?} after b took the new certificate");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    load.stop_without_failures("CA rotation", rotated_at).await;
+    drop((a, b));
+}
+
+/// Copies written continuously (one every 20 ms) naming `address`, as a cell writes them.
+struct Load {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    writer: tokio::task::JoinHandle<(u64, Vec<String>)>,
+}
+
+impl Load {
+    fn start(client: &Client, ns: &str, address: &str) -> Load {
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (client, ns, address, stopped) =
+            (client.clone(), ns.to_owned(), address.to_owned(), std::sync::Arc::clone(&stop));
+        let writer = tokio::spawn(async move {
+            let (mut admitted, mut failed) = (0u64, Vec::new());
+            let mut i = 0;
+            while !stopped.load(std::sync::atomic::Ordering::Relaxed) {
+                match write_copy_at(&client, &ns, &format!("load-{i}"), &address).await {
+                    Ok(()) => admitted += 1,
+                    Err(e) => failed.push(e),
+                }
+                i += 1;
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            (admitted, failed)
+        });
+        Load { stop, writer }
+    }
+
+    /// Stop, print the figures, and fail if any write failed or too few ran.
+    async fn stop_without_failures(self, what: &str, since: Instant) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let (admitted, failed) = self.writer.await.expect("load");
+        eprintln!("{what} under load: {admitted} copies admitted, {} failed, over {:?}", failed.len(), since.elapsed());
+        assert!(admitted > 100, "the load ran: {admitted}");
+        assert!(failed.is_empty(), "admissions failed during the {what}: {failed:?}");
+    }
 }
 
 async fn write_copy_at(client: &Client, ns: &str, name: &str, address: &str) -> Result<(), String> {

@@ -112,7 +112,10 @@ async fn every_metric_the_alerts_and_dashboard_use_is_exported() {
     let client = cp.client().await;
     install_crd(&client).await;
     let webhook = start_webhook(cp, &cp.kubeconfig);
-    let pruner = start_pruner(cp, "monitoring", &cp.kubeconfig, &["--no-leader-election"]);
+    // The pruner runs as a Karmada hub's does: on a ServiceAccount token that expires.
+    namespace(&client, "monitoring", &[]).await;
+    let token = cp.service_account_kubeconfig("monitoring", "edgegate-pruner", Some("cluster-admin"), 90 * 86400).await;
+    let pruner = start_pruner(cp, "monitoring", &token, &["--no-leader-election"]);
     let port = free_port();
     let producer = Process {
         child: spawn_guarded(
@@ -154,6 +157,15 @@ async fn every_metric_the_alerts_and_dashboard_use_is_exported() {
         }
         scrapes.push_str(&String::from_utf8_lossy(&cmd.output().expect("curl").stdout));
     }
+    let expiry = scrapes
+        .lines()
+        .find_map(|l| l.strip_prefix("edgegate_hub_token_expiry_timestamp_seconds "))
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .expect("the pruner exports its token's expiry");
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("clock").as_secs_f64();
+    let days = (expiry - now) / 86400.0;
+    eprintln!("the pruner's hub token expires in {days:.2} days");
+    assert!((89.0..=90.1).contains(&days), "{days} days");
     let names = names_used();
     assert!(names.len() >= 12, "{names:?}");
     let missing: Vec<&String> = names.iter().filter(|n| !exported(&scrapes, n)).collect();
