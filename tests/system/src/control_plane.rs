@@ -116,7 +116,7 @@ impl ControlPlane {
             std::thread::sleep(down);
             entry.watchdog = spawn_guarded(&entry.program, &entry.args, &self.dir.join(format!("{name}.log")));
         }
-        self.wait_ready(Duration::from_secs(60));
+        self.wait_ready(Duration::from_secs(60)).unwrap_or_else(|why| panic!("{why}"));
     }
 
     /// Start the program `name` with this control plane, once: the first caller runs `prepare`
@@ -204,6 +204,26 @@ impl ControlPlane {
             .expect("build.sh runs");
         assert!(out.status.success(), "building the control plane failed");
         let bin = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim().to_owned());
+        // Ports are picked free and handed over, so another process (a client's ephemeral port,
+        // a control plane starting beside this one) may take one first: start again on new ports.
+        for attempt in 1.. {
+            let plane = Self::launch(&bin);
+            match plane.wait_ready(Duration::from_secs(90)) {
+                Ok(()) => {
+                    eprintln!("control plane ready in {:?} at {}", started.elapsed(), plane.server);
+                    return plane;
+                }
+                Err(why) if attempt < 3 && why.contains("address already in use") => {
+                    eprintln!("control plane: a port was taken meanwhile, starting again:\n{why}");
+                }
+                Err(why) => panic!("{why}"),
+            }
+        }
+        unreachable!("the loop returns or panics")
+    }
+
+    /// etcd and kube-apiserver on free ports, in a directory of their own.
+    fn launch(bin: &Path) -> ControlPlane {
         static STARTED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
         let n = STARTED.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         let dir = std::env::temp_dir().join(format!("edgegate-cp-{}-{n}", std::process::id()));
@@ -269,16 +289,13 @@ impl ControlPlane {
                 watchdog: apiserver,
             },
         ];
-        let plane = ControlPlane {
+        ControlPlane {
             dir,
             kubeconfig,
             server,
             processes: std::sync::Mutex::new(processes),
             starting: std::sync::Mutex::new(()),
-        };
-        plane.wait_ready(Duration::from_secs(90));
-        eprintln!("control plane ready in {:?} at {}", started.elapsed(), plane.server);
-        plane
+        }
     }
 
     fn make_certs(dir: &Path) {
@@ -328,7 +345,9 @@ impl ControlPlane {
         openssl(dir, &["rsa", "-in", "sa.key", "-pubout", "-out", "sa.pub"]);
     }
 
-    fn wait_ready(&self, limit: Duration) {
+    /// Wait for `/readyz`; the reason and the logs' tails if it does not come within `limit`,
+    /// or if etcd or kube-apiserver exits first.
+    fn wait_ready(&self, limit: Duration) -> Result<(), String> {
         let start = Instant::now();
         loop {
             let out = Command::new("curl")
@@ -342,13 +361,17 @@ impl ControlPlane {
                 .output()
                 .expect("curl");
             if out.status.success() {
-                return;
+                return Ok(());
             }
-            assert!(
-                start.elapsed() < limit,
-                "kube-apiserver not ready within {limit:?}; log tail:\n{}",
-                self.log_tail("kube-apiserver.log")
-            );
+            let exited = ["etcd", "kube-apiserver"].into_iter().find(|name| !self.is_running(name));
+            if exited.is_some() || start.elapsed() >= limit {
+                return Err(format!(
+                    "kube-apiserver not ready within {limit:?}{}; log tails:\n{}\n{}",
+                    exited.map(|name| format!(" ({name} exited)")).unwrap_or_default(),
+                    self.log_tail("etcd.log"),
+                    self.log_tail("kube-apiserver.log")
+                ));
+            }
             std::thread::sleep(Duration::from_millis(250));
         }
     }

@@ -7,6 +7,9 @@
 pub struct NetNs {
     pub name: String,
     host_link: String,
+    /// Held while the namespace exists (released after the teardown in `drop`): the addresses
+    /// are fixed, so tests that need one take turns, in this process and across processes.
+    _turn: std::fs::File,
 }
 
 pub const NETNS_HOST_ADDRESS: &str = "198.18.77.1";
@@ -18,12 +21,26 @@ fn ip(args: &[&str]) {
 }
 
 impl NetNs {
-    /// Needs root (`ip netns`). One at a time per machine: the addresses are fixed.
+    /// Needs root (`ip netns`). One at a time per machine (the addresses are fixed): waits for
+    /// the one in use to be dropped.
     pub fn create() -> NetNs {
+        let turn = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(std::env::temp_dir().join("edgegate-netns.lock"))
+            .expect("netns lock file");
+        let waited = std::time::Instant::now();
+        turn.lock().expect("netns lock");
+        if waited.elapsed() > std::time::Duration::from_secs(1) {
+            eprintln!("network namespace: waited {:?} for the one in use", waited.elapsed());
+        }
         let id = std::process::id() % 100_000;
         let (name, host_link, ns_link) = (format!("edgegate-{id}"), format!("eg{id}h"), format!("eg{id}n"));
+        // A namespace left by a process that was killed before its drop ran.
+        let _ = std::process::Command::new("ip").args(["netns", "del", &name]).status();
         ip(&["netns", "add", &name]);
-        let netns = NetNs { name, host_link };
+        let netns = NetNs { name, host_link, _turn: turn };
         ip(&["link", "add", &netns.host_link, "type", "veth", "peer", "name", &ns_link]);
         ip(&["link", "set", &ns_link, "netns", &netns.name]);
         ip(&["addr", "add", &format!("{NETNS_HOST_ADDRESS}/30"), "dev", &netns.host_link]);
