@@ -40,6 +40,7 @@ pub mod decision;
 pub mod fixtures;
 pub mod hold;
 pub mod plan;
+pub mod policy;
 pub mod project;
 pub mod reachability;
 pub mod record;

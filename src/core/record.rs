@@ -5,6 +5,9 @@ use std::sync::Arc;
 
 use crate::core::address::{Address, AddressError, ip_key, parse_hex_ipv6};
 
+/// The name every record carries; records with other names are ignored, as the write-back does.
+pub const DEFAULT_RECORD_NAME: &str = "default";
+
 type FastSet<T> = HashSet<T, foldhash::fast::RandomState>;
 
 /// The addresses one EdgeReachability names, normalised.

@@ -9,10 +9,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
+pub use crate::core::record::DEFAULT_RECORD_NAME;
 use crate::core::record::{Record, RecordState};
-
-/// The name every record carries; records with other names are ignored, as the write-back does.
-pub const DEFAULT_RECORD_NAME: &str = "default";
 
 /// Read side of a record source: what the webhook and the pruner consult.
 pub trait RecordSource: Send + Sync {
