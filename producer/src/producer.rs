@@ -154,17 +154,8 @@ impl Producer {
         if !self.leader.is_leader() {
             return Written::Skipped;
         }
-        let record = json!({
-            "apiVersion": "networking.datumapis.com/v1alpha",
-            "kind": "EdgeReachability",
-            "metadata": {"name": self.view.record_name(), "namespace": hub_ns},
-            "spec": {"addresses": addresses},
-        });
-        let mut params = PatchParams::apply(FIELD_MANAGER);
-        params.force = self.force_ownership;
-        let api: Api<edgegate::EdgeReachability> = Api::namespaced(self.hub.clone(), &hub_ns);
-        match api.patch(self.view.record_name(), &params, &Patch::Apply(&record)).await {
-            Ok(_) => {
+        match self.apply(&hub_ns, &addresses, self.force_ownership).await {
+            Ok(()) => {
                 let before = before.map_or_else(|| "none".to_owned(), |b| b.to_string());
                 tracing::info!(
                     project,
@@ -179,6 +170,17 @@ impl Producer {
                 Written::Applied
             }
             Err(kube::Error::Api(status)) if status.code == 409 => {
+                if let Some(restored) = self.restore_served(&hub_ns, &addresses).await {
+                    tracing::warn!(
+                        project,
+                        namespace,
+                        hub_namespace = hub_ns,
+                        message = status.message,
+                        after = restored,
+                        "another field manager removed served addresses from the record; put back, keeping what it added"
+                    );
+                    return Written::Applied;
+                }
                 tracing::warn!(
                     project,
                     namespace,
@@ -196,6 +198,42 @@ impl Producer {
                 Written::Error
             }
         }
+    }
+
+    /// Server-side apply of the record's addresses.
+    async fn apply(&self, hub_ns: &str, addresses: &[String], force: bool) -> Result<(), kube::Error> {
+        let record = json!({
+            "apiVersion": "networking.datumapis.com/v1alpha",
+            "kind": "EdgeReachability",
+            "metadata": {"name": self.view.record_name(), "namespace": hub_ns},
+            "spec": {"addresses": addresses},
+        });
+        let mut params = PatchParams::apply(FIELD_MANAGER);
+        params.force = force;
+        let api: Api<edgegate::EdgeReachability> = Api::namespaced(self.hub.clone(), hub_ns);
+        api.patch(self.view.record_name(), &params, &Patch::Apply(&record)).await.map(|_| ())
+    }
+
+    /// After a conflict: if the record lacks addresses the answer serves (someone else removed
+    /// them, by hand or by tool), take the field over and write what it holds plus those. A
+    /// record that names too few addresses withdraws pods that serve, once the pruner's grace
+    /// has passed; one that names too many costs a table entry, so nothing it holds is dropped.
+    /// The number of addresses written, if it did.
+    async fn restore_served(&self, hub_ns: &str, addresses: &[String]) -> Option<usize> {
+        let current = self.view.with_record(hub_ns, |c| c.map(<[String]>::to_vec)).unwrap_or_default();
+        if addresses.iter().all(|a| current.contains(a)) {
+            return None;
+        }
+        let union: Vec<String> =
+            current.into_iter().chain(addresses.iter().cloned()).collect::<BTreeSet<_>>().into_iter().collect();
+        if union.len() > MAX_RECORD_ADDRESSES || !self.leader.is_leader() {
+            return None;
+        }
+        self.apply(hub_ns, &union, true).await.ok()?;
+        let written = union.len();
+        self.metrics.addresses(written);
+        self.view.wrote(hub_ns, union);
+        Some(written)
     }
 
     /// End the withdrawal runs of the hub namespaces `which` names.

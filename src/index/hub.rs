@@ -115,7 +115,13 @@ impl SnapshotSink<EdgeReachability> for HubWriter {
     fn applied(&mut self, record: EdgeReachability) {
         if record.name_any() == self.view.record_name {
             let ns = record.namespace().unwrap_or_default();
-            write(&self.view.records).insert(ns.clone(), record.entries().to_vec());
+            let previous = write(&self.view.records).insert(ns.clone(), record.entries().to_vec());
+            // Addresses changed by someone else (the producer's own writes are in the view
+            // already) are put right at once: the pruner withdraws what a record stops naming
+            // after its grace, well before a resync would come round.
+            if previous.as_deref() != Some(record.entries()) {
+                let _ = self.changes.send(Change::Namespace(ns));
+            }
         }
     }
     fn deleted(&mut self, record: EdgeReachability) {

@@ -121,8 +121,10 @@ fn start_producer(hub: &ControlPlane, project: &ControlPlane, extra: &[&str]) ->
         "--project-name=e2e".to_owned(),
         format!("--listen=127.0.0.1:{port}"),
         "--no-leader-election".to_owned(),
-        "--resync=2s".to_owned(),
     ];
+    if !extra.iter().any(|a| a.starts_with("--resync")) {
+        args.push("--resync=2s".to_owned());
+    }
     if !extra.iter().any(|a| a.starts_with("--withdraw-after")) {
         args.push("--withdraw-after=0".to_owned());
     }
@@ -533,4 +535,28 @@ async fn one_unreachable_project_leaves_the_producer_ready() {
     let m = metrics(&producer);
     assert!(m.contains("edgegate_producer_project_synced{project=\"good\"} 1"), "{m}");
     assert!(m.contains("edgegate_producer_project_synced{project=\"gone\"} 0"), "{m}");
+}
+
+/// A record edited by hand to drop a served address is put right at once, not at the next resync:
+/// the pruner withdraws a copy its record has stopped naming after `--grace` (30 s), so a repair
+/// that waits for the resync (60 s) would withdraw a pod that still serves.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_record_edited_by_hand_is_put_right_at_once() {
+    let hub_cp = shared();
+    let (project_cp, hub, project) = project_beside(hub_cp).await;
+    let hub_ns = served_namespace(&project, &hub, "hand-a", "fd20:0:4a::1").await;
+    let _producer = start_producer(hub_cp, &project_cp, &["--resync=60s"]);
+    eventually(Duration::from_secs(30), "the record", async || {
+        record(&hub, &hub_ns).await == Some(vec!["fd20:0:4a::1".to_owned()])
+    })
+    .await;
+    // Another field manager empties it, as a person with kubectl would.
+    let api: Api<edgegate::EdgeReachability> = Api::namespaced(hub.clone(), &hub_ns);
+    let emptied = json!({"spec": {"addresses": []}});
+    api.patch("default", &PatchParams::default(), &Patch::Merge(&emptied)).await.expect("edit by hand");
+    let took = eventually(Duration::from_secs(10), "the served address back", async || {
+        record(&hub, &hub_ns).await == Some(vec!["fd20:0:4a::1".to_owned()])
+    })
+    .await;
+    eprintln!("a record edited by hand: put right after {took:?}");
 }
