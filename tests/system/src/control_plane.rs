@@ -390,6 +390,13 @@ impl ControlPlane {
         children.split_whitespace().next().and_then(|p| p.parse().ok()).expect("the watched process")
     }
 
+    /// The binary `name` (etcd, kube-apiserver, or a program started later) runs: what a profile
+    /// of it is symbolised against.
+    pub fn program(&self, name: &str) -> PathBuf {
+        let processes = self.processes.lock().expect("processes");
+        processes.iter().find(|p| p.name == name).expect("known process").program.clone()
+    }
+
     /// An admin client.
     pub async fn client(&self) -> kube::Client {
         edgegate::runtime::client::kube_client(Some(&self.kubeconfig), None).await.expect("admin client")

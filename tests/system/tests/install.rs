@@ -7,8 +7,8 @@ use std::process::Command;
 
 use edgegate_system_tests::cert_manager::start_cert_manager;
 use edgegate_system_tests::helpers::*;
-use edgegate_system_tests::netns::{NETNS_ADDRESS, NetNs, kubeconfig_through_link, relayed_kubeconfig};
-use edgegate_system_tests::secret_volume::SecretVolume;
+use edgegate_system_tests::netns::{NetNs, kubeconfig_through_link, relayed_kubeconfig};
+use edgegate_system_tests::replica::Replica;
 use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
 use k8s_openapi::api::core::v1::Secret;
 
@@ -149,91 +149,6 @@ async fn the_observe_step_refuses_nothing_before_the_webhook_serves() {
         ],
     );
     assert_eq!(policies.split_whitespace().collect::<Vec<_>>(), ["Ignore", "Ignore"], "{policies}");
-}
-
-/// A webhook replica as a Pod runs it: in the test's network namespace (an address the API server
-/// may dial, unlike loopback), its serving certificate projected from the Secret as a kubelet
-/// does, records read from the API server through the link, and in the mode the render's
-/// `EDGEGATE_MODE` says. Its Service endpoint is one EndpointSlice of its own.
-struct Replica {
-    _process: Process,
-    volume: SecretVolume,
-    port: u16,
-    admin: u16,
-}
-
-impl Replica {
-    async fn start(
-        cp: &ControlPlane,
-        netns: &NetNs,
-        kubeconfig: &Path,
-        port: u16,
-        mode: &str,
-        secret: &Secret,
-        extra: &[String],
-    ) -> Replica {
-        let mut volume = SecretVolume::new(&cp.dir.join(format!("webhook-tls-{port}")));
-        volume.project(secret);
-        let admin = port + 1000;
-        let log = cp.dir.join(format!("webhook-netns-{port}.log"));
-        let args = [
-            "netns".to_owned(),
-            "exec".to_owned(),
-            netns.name.clone(),
-            "env".to_owned(),
-            format!("EDGEGATE_MODE={mode}"),
-            binary("edgegate-webhook").display().to_string(),
-            "--kubernetes".to_owned(),
-            format!("--kubeconfig={}", kubeconfig.display()),
-            format!("--listen={NETNS_ADDRESS}:{port}"),
-            format!("--admin-listen=127.0.0.1:{admin}"),
-            format!("--tls-cert={}", volume.dir.join("tls.crt").display()),
-            format!("--tls-key={}", volume.dir.join("tls.key").display()),
-            "--shutdown-grace=1s".to_owned(),
-        ];
-        let args: Vec<String> = args.into_iter().chain(extra.iter().cloned()).collect();
-        let process = Process { child: spawn_guarded(Path::new("ip"), &args, &log), port, log };
-        let replica = Replica { _process: process, volume, port, admin };
-        eventually(Duration::from_secs(30), "replica ready", async || replica.get(netns, "/readyz").contains("ok"))
-            .await;
-        replica
-    }
-
-    fn get(&self, netns: &NetNs, path: &str) -> String {
-        netns.curl(&[&format!("http://127.0.0.1:{}{path}", self.admin)])
-    }
-
-    /// The endpoints controller's part: this replica, ready, behind the Service's `https` port.
-    async fn publish(&self, client: &Client) {
-        let slice = json!({
-            "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
-            "metadata": {"name": format!("edgegate-webhook-{}", self.port), "namespace": "edgegate-system",
-                         "labels": {"kubernetes.io/service-name": "edgegate-webhook"}},
-            "addressType": "IPv4",
-            "endpoints": [{"addresses": [NETNS_ADDRESS], "conditions": {"ready": true}}],
-            "ports": [{"name": "https", "port": self.port, "protocol": "TCP"}],
-        });
-        let api: Api<EndpointSlice> = Api::namespaced(client.clone(), "edgegate-system");
-        api.patch(
-            &format!("edgegate-webhook-{}", self.port),
-            &PatchParams::apply("endpoints-controller").force(),
-            &Patch::Apply(&slice),
-        )
-        .await
-        .expect("endpoint slice");
-    }
-
-    fn reviews(&self, netns: &NetNs) -> u64 {
-        self.get(netns, "/metrics")
-            .lines()
-            .filter(|l| l.starts_with("edgegate_admission_reviews_total{"))
-            .filter_map(|l| l.rsplit(' ').next().and_then(|v| v.parse::<u64>().ok()))
-            .sum()
-    }
-
-    fn reloads(&self, netns: &NetNs) -> u64 {
-        counter(&self.get(netns, "/metrics"), "edgegate_tls_reloads_total{result=\"success\"}")
-    }
 }
 
 async fn serving_secret(client: &Client) -> Secret {

@@ -1,0 +1,301 @@
+//! The invariant checker. It recomputes ground truth itself, from its own watches of the project
+//! and the hub (kube-rs, nothing of edgegate's), every 100 ms and on every copy and record event:
+//!
+//! 1. never withdraw what serves: no copy is deleted, other than by the cell or with its
+//!    namespace, while its address was served at any moment of the last `withdraw-after + grace
+//!    − ε` (ε: how far this view may trail the producer's, 0.5 s); no write is refused whose
+//!    address has been served, without a break, for that long (outside faults);
+//! 2. always collect what stopped serving: outside faults, a copy whose address no longer serves
+//!    is gone within `withdraw-after + grace + slack` (the distribution is reported);
+//! 3. never shrink from a partial view: no record loses, while the project is cut off, an
+//!    address that was served when the cut began;
+//! 4. no write storms: deletions per second within the pruner's pacing.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use kube::runtime::watcher::{self, Event};
+use kube::{Api, Client};
+
+use super::cell::SharedLedger;
+use super::faults::Timeline;
+use super::project::{ProjectView, served};
+
+#[derive(Clone, Debug)]
+pub struct Violation {
+    pub invariant: u8,
+    pub at: Duration,
+    pub what: String,
+}
+
+#[derive(Default)]
+pub struct Findings {
+    pub violations: Vec<Violation>,
+    /// From "no longer served" to the copy gone, for copies the pruner collected.
+    pub collection: Vec<Duration>,
+    /// From "served (again), its pod there" to its copy published.
+    pub published: Vec<Duration>,
+    pub deleted_by_pruner: u64,
+    pub deleted_by_cell: u64,
+    pub deleted_with_namespace: u64,
+    /// The most deletions by the pruner seen within one second.
+    pub peak_deletions_per_second: usize,
+    pub record_writes: u64,
+    /// Addresses withdrawn while the project was cut off that had stopped serving before.
+    pub withdrawn_during_cut: usize,
+}
+
+/// What the checker knows of each (hub namespace, address).
+#[derive(Default)]
+struct Truth {
+    /// When each address was last seen served.
+    last_served: HashMap<(String, String), Instant>,
+    /// Since when each address has been served without a break.
+    served_since: HashMap<(String, String), Instant>,
+    /// Since when each address of a copy has not been served.
+    unserved_since: HashMap<(String, String), Instant>,
+    /// Pods whose address serves but whose copy is not there yet: since when.
+    waiting: HashMap<(String, String), Instant>,
+    /// Copies already reported as not collected.
+    reported: BTreeSet<(String, String)>,
+}
+
+pub struct Checker {
+    pub started: Instant,
+    pub window: Duration,
+    pub collect_within: Duration,
+    pub findings: Arc<Mutex<Findings>>,
+    truth: Arc<Mutex<Truth>>,
+    pub timeline: Timeline,
+    pub ledger: SharedLedger,
+    pub deleted_namespaces: Arc<Mutex<BTreeSet<String>>>,
+    pub deletes_per_second: usize,
+}
+
+fn key(copy: &EndpointSlice) -> (String, String) {
+    (copy.metadata.namespace.clone().unwrap_or_default(), copy.metadata.name.clone().unwrap_or_default())
+}
+
+fn address(copy: &EndpointSlice) -> String {
+    copy.endpoints.as_ref().and_then(|e| e.first()).and_then(|e| e.addresses.first()).cloned().unwrap_or_default()
+}
+
+impl Checker {
+    fn violation(&self, invariant: u8, what: String) {
+        let at = self.started.elapsed();
+        eprintln!("soak: VIOLATION of invariant {invariant} at {at:.1?}: {what}");
+        self.findings.lock().expect("findings").violations.push(Violation { invariant, at, what });
+    }
+
+    /// One sample: the project's served addresses against the hub's copies.
+    pub fn sample(&self, view: &ProjectView, copies: &[std::sync::Arc<EndpointSlice>]) {
+        let now = Instant::now();
+        let snapshot = view.snapshot();
+        let mut truth = self.truth.lock().expect("truth");
+        let mut serving: BTreeSet<(String, String)> = BTreeSet::new();
+        let mut pods: BTreeMap<(String, String), String> = BTreeMap::new();
+        for (hub_ns, objects) in &snapshot {
+            for address in served(objects) {
+                serving.insert((hub_ns.clone(), address));
+            }
+            for (pod, address) in super::project::pods(objects) {
+                pods.insert((hub_ns.clone(), pod), address);
+            }
+        }
+        truth.served_since.retain(|k, _| serving.contains(k));
+        for k in &serving {
+            truth.last_served.insert(k.clone(), now);
+            truth.served_since.entry(k.clone()).or_insert(now);
+            truth.unserved_since.remove(k);
+        }
+        let mut present = BTreeMap::new();
+        for copy in copies {
+            let (k, a) = (key(copy), address(copy));
+            present.insert(k.clone(), a.clone());
+            let addr_key = (k.0.clone(), a);
+            if !serving.contains(&addr_key) {
+                truth.unserved_since.entry(addr_key.clone()).or_insert(now);
+            }
+            let since = truth.unserved_since.get(&addr_key).copied();
+            let deleted_ns = self.deleted_namespaces.lock().expect("deleted").contains(&k.0);
+            if let Some(since) = since.filter(|_| !deleted_ns) {
+                let age = now - since;
+                if age > self.collect_within && self.timeline.quiet(since, now) && truth.reported.insert(k.clone()) {
+                    self.violation(
+                        2,
+                        format!("copy {}/{} ({}) unserved for {age:.1?}, not collected", k.0, k.1, addr_key.1),
+                    );
+                }
+            }
+        }
+        // Served pods waiting for their copy (the cost of refusals to the cell).
+        let mut published = Vec::new();
+        for (k, address) in &pods {
+            let served_now = serving.contains(&(k.0.clone(), address.clone()));
+            if present.get(k) == Some(address) {
+                if let Some(since) = truth.waiting.remove(k) {
+                    published.push(now - since);
+                }
+            } else if served_now {
+                truth.waiting.entry(k.clone()).or_insert(now);
+            } else {
+                truth.waiting.remove(k);
+            }
+        }
+        truth.waiting.retain(|k, _| pods.contains_key(k));
+        self.findings.lock().expect("findings").published.extend(published);
+    }
+
+    /// A copy deleted at `at`: by the cell (its pod went), with its namespace, or by the pruner.
+    fn deleted(&self, copy: &EndpointSlice, at: Instant, per_second: &mut Vec<Instant>) {
+        let k = key(copy);
+        let by_cell = self
+            .ledger
+            .lock()
+            .expect("ledger")
+            .deleted
+            .get(&k)
+            .is_some_and(|t| at.duration_since(*t) < Duration::from_secs(10));
+        let mut findings = self.findings.lock().expect("findings");
+        if by_cell {
+            findings.deleted_by_cell += 1;
+            return;
+        }
+        if self.deleted_namespaces.lock().expect("deleted").contains(&k.0) {
+            findings.deleted_with_namespace += 1;
+            return;
+        }
+        findings.deleted_by_pruner += 1;
+        per_second.retain(|t| at.duration_since(*t) < Duration::from_secs(1));
+        per_second.push(at);
+        findings.peak_deletions_per_second = findings.peak_deletions_per_second.max(per_second.len());
+        drop(findings);
+        let addr_key = (k.0.clone(), address(copy));
+        let truth = self.truth.lock().expect("truth");
+        if let Some(last) = truth.last_served.get(&addr_key).filter(|t| at.duration_since(**t) < self.window) {
+            let ago = at.duration_since(*last);
+            drop(truth);
+            self.violation(
+                1,
+                format!("copy {}/{} ({}) deleted {ago:.1?} after its address was served", k.0, k.1, addr_key.1),
+            );
+            return;
+        }
+        if let Some(since) = truth.unserved_since.get(&addr_key) {
+            let took = at.duration_since(*since);
+            drop(truth);
+            self.findings.lock().expect("findings").collection.push(took);
+        }
+    }
+
+    /// Follow the hub's copies: each deletion judged, relists included (a copy gone across a
+    /// relist counts as deleted at the relist).
+    pub async fn follow_copies(self: Arc<Self>, hub: Client, selector: String) {
+        let api: Api<EndpointSlice> = Api::all(hub);
+        let mut stream = watcher::watcher(api, watcher::Config::default().labels(&selector)).boxed();
+        let (mut known, mut relisting): (HashMap<(String, String), EndpointSlice>, HashMap<_, _>) = Default::default();
+        let mut per_second = Vec::new();
+        while let Some(event) = stream.next().await {
+            let Ok(event) = event else { continue };
+            match event {
+                Event::Apply(copy) => {
+                    known.insert(key(&copy), copy);
+                }
+                Event::Delete(copy) => {
+                    known.remove(&key(&copy));
+                    self.deleted(&copy, Instant::now(), &mut per_second);
+                }
+                Event::Init => relisting.clear(),
+                Event::InitApply(copy) => {
+                    relisting.insert(key(&copy), copy);
+                }
+                Event::InitDone => {
+                    for (k, copy) in &known {
+                        if !relisting.contains_key(k) {
+                            self.deleted(copy, Instant::now(), &mut per_second);
+                        }
+                    }
+                    known = std::mem::take(&mut relisting);
+                }
+            }
+        }
+    }
+
+    /// Follow the hub's records: none may lose an address while the project is cut off.
+    pub async fn follow_records(self: Arc<Self>, hub: Client) {
+        let api: Api<edgegate::EdgeReachability> = Api::all(hub);
+        let mut stream = watcher::watcher(api, watcher::Config::default()).boxed();
+        let mut known: HashMap<String, BTreeSet<String>> = HashMap::new();
+        while let Some(event) = stream.next().await {
+            let Ok(Event::Apply(record) | Event::InitApply(record)) = event else { continue };
+            let ns = record.metadata.namespace.clone().unwrap_or_default();
+            let now: BTreeSet<String> = record.entries().iter().cloned().collect();
+            self.findings.lock().expect("findings").record_writes += 1;
+            let Some(before) = known.insert(ns.clone(), now.clone()) else { continue };
+            let Some(cut) = self.timeline.since("project-unreachable", Instant::now()) else { continue };
+            // A withdrawal decided before the cut (its hold running out during it) is what the
+            // producer saw whole; an address still served when the cut began must stay.
+            let truth = self.truth.lock().expect("truth");
+            let (served, decided): (Vec<&String>, Vec<&String>) = before
+                .difference(&now)
+                .partition(|a| truth.last_served.get(&(ns.clone(), (*a).clone())).is_some_and(|t| *t >= cut));
+            drop(truth);
+            self.findings.lock().expect("findings").withdrawn_during_cut += decided.len();
+            if !served.is_empty() {
+                self.violation(3, format!("record {ns} lost {served:?}, still served when the project was cut off"));
+            }
+        }
+    }
+
+    /// Refusals (from the `from`-th on) of addresses served without a break for the whole window
+    /// before them; returns where the next call starts.
+    pub fn judge_refusals(&self, from: usize) -> usize {
+        let refusals: Vec<_> = self.ledger.lock().expect("ledger").refusals.iter().skip(from).cloned().collect();
+        let truth = self.truth.lock().expect("truth");
+        let mut wrong = Vec::new();
+        for r in &refusals {
+            let since = truth.served_since.get(&(r.hub_ns.clone(), r.address.clone()));
+            if let Some(since) = since.filter(|s| r.at.checked_duration_since(**s).is_some_and(|d| d > self.window)) {
+                if self.timeline.quiet(*since, r.at) {
+                    wrong.push(format!(
+                        "{}/{} ({}) refused, served for {:.1?}: {}",
+                        r.hub_ns,
+                        r.name,
+                        r.address,
+                        r.at - *since,
+                        r.message
+                    ));
+                }
+            }
+        }
+        drop(truth);
+        for what in wrong {
+            self.violation(1, what);
+        }
+        from + refusals.len()
+    }
+}
+
+pub fn new(
+    window: Duration,
+    collect_within: Duration,
+    timeline: Timeline,
+    ledger: SharedLedger,
+    deleted_namespaces: Arc<Mutex<BTreeSet<String>>>,
+    deletes_per_second: usize,
+) -> Checker {
+    Checker {
+        started: Instant::now(),
+        window,
+        collect_within,
+        findings: Arc::default(),
+        truth: Arc::default(),
+        timeline,
+        ledger,
+        deleted_namespaces,
+        deletes_per_second,
+    }
+}

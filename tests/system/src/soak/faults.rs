@@ -1,0 +1,144 @@
+//! Faults, injected in a seeded order: each binary killed (-9) and started again, the pruners'
+//! lease holder stopped (SIGSTOP) and resumed, the hub's etcd and kube-apiserver restarted, the
+//! project API server frozen past the producer's timeouts, both webhook replicas frozen (fail
+//! closed: the cell's writes fail and are retried), every proxy deleted at once (a burst of
+//! emptied records), and a record emptied by hand. Each is a window on the timeline; after it,
+//! the time until every binary is ready again is measured.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use kube::Api;
+use kube::api::{Patch, PatchParams};
+
+use super::churn::{Churn, Rng};
+use super::world::{World, signal};
+
+pub const KINDS: [&str; 9] = [
+    "webhook-kill",
+    "pruner-leader-kill",
+    "producer-kill",
+    "pruner-leader-stop",
+    "hub-restart",
+    "project-unreachable",
+    "webhook-unreachable",
+    "burst",
+    "record-hand-edit",
+];
+
+/// How long after a fault ends its effects may still show (the binaries' backoffs, a relist).
+pub const RECOVERY: Duration = Duration::from_secs(15);
+
+/// The faults' windows, shared with the checker.
+#[derive(Clone, Default)]
+pub struct Timeline(Arc<Mutex<Vec<(&'static str, Instant, Option<Instant>)>>>);
+
+impl Timeline {
+    fn open(&self, kind: &'static str) -> usize {
+        let mut windows = self.0.lock().expect("timeline");
+        windows.push((kind, Instant::now(), None));
+        windows.len() - 1
+    }
+    fn close(&self, i: usize) {
+        self.0.lock().expect("timeline")[i].2 = Some(Instant::now());
+    }
+    /// When the fault of `kind` in progress at `at` began.
+    pub fn since(&self, kind: &str, at: Instant) -> Option<Instant> {
+        let windows = self.0.lock().expect("timeline");
+        windows.iter().find(|(k, s, e)| *k == kind && *s <= at && e.is_none_or(|e| at <= e)).map(|(_, s, _)| *s)
+    }
+    /// No fault (nor its recovery) overlaps [from, to].
+    pub fn quiet(&self, from: Instant, to: Instant) -> bool {
+        self.0.lock().expect("timeline").iter().all(|(_, s, e)| *s > to || e.is_some_and(|e| e + RECOVERY < from))
+    }
+    pub fn count(&self) -> Vec<(&'static str, usize)> {
+        let windows = self.0.lock().expect("timeline");
+        KINDS.iter().map(|k| (*k, windows.iter().filter(|(w, _, _)| w == k).count())).collect()
+    }
+}
+
+/// Inject `kind`; returns when it is over (not yet recovered).
+pub async fn inject(kind: &'static str, world: &mut World, churn: &tokio::sync::Mutex<Churn>, timeline: &Timeline) {
+    let window = timeline.open(kind);
+    eprintln!("soak: fault {kind}");
+    match kind {
+        "webhook-kill" => {
+            world.kill_webhook(0).await;
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            world.start_webhook(0).await;
+        }
+        "pruner-leader-kill" => {
+            let i = world.pruner_leader().unwrap_or(0);
+            if let Some(p) = world.pruners[i].take() {
+                signal("KILL", crate::helpers::pid_of(&p));
+            }
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            world.start_pruner(i);
+        }
+        "producer-kill" => {
+            if let Some(p) = world.producer.take() {
+                signal("KILL", crate::helpers::pid_of(&p));
+            }
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            world.start_producer();
+        }
+        "pruner-leader-stop" => {
+            let i = world.pruner_leader().unwrap_or(0);
+            let pid = world.pruners[i].as_ref().map(crate::helpers::pid_of);
+            if let Some(pid) = pid {
+                signal("STOP", pid);
+                tokio::time::sleep(Duration::from_secs(8)).await;
+                signal("CONT", pid);
+            }
+        }
+        "hub-restart" => {
+            let hub = Arc::clone(&world.hub_cp);
+            tokio::task::spawn_blocking(move || {
+                hub.restart("etcd", Duration::from_secs(1));
+                hub.restart("kube-apiserver", Duration::from_secs(1));
+            })
+            .await
+            .expect("restart");
+        }
+        "project-unreachable" => {
+            // Longer than the producer's read timeout (15 s): its watches fail, it must keep
+            // every record as it is.
+            let pid = world.project_cp.pid("kube-apiserver");
+            signal("STOP", pid);
+            tokio::time::sleep(Duration::from_secs(20)).await;
+            signal("CONT", pid);
+        }
+        "webhook-unreachable" => {
+            let pids: Vec<u32> = world.webhooks.iter().flatten().map(|r| r.pid()).collect();
+            pids.iter().for_each(|p| signal("STOP", *p));
+            tokio::time::sleep(Duration::from_secs(6)).await;
+            pids.iter().for_each(|p| signal("CONT", *p));
+        }
+        "burst" => churn.lock().await.burst(Duration::from_secs(8)).await,
+        "record-hand-edit" => hand_edit(world).await,
+        _ => unreachable!("a known fault"),
+    }
+    timeline.close(window);
+}
+
+/// Empty the largest record by hand, as a person with `kubectl edit` would.
+async fn hand_edit(world: &World) {
+    let api: Api<edgegate::EdgeReachability> = Api::all(world.hub.clone());
+    let records = api.list(&Default::default()).await.map(|l| l.items).unwrap_or_default();
+    let Some(record) = records.iter().max_by_key(|r| r.entries().len()) else { return };
+    let ns = record.metadata.namespace.clone().unwrap_or_default();
+    let emptied = serde_json::json!({"spec": {"addresses": []}});
+    let namespaced: Api<edgegate::EdgeReachability> = Api::namespaced(world.hub.clone(), &ns);
+    let _ = namespaced.patch("default", &PatchParams::default(), &Patch::Merge(&emptied)).await;
+    eprintln!("soak: emptied the record of {ns} ({} addresses) by hand", record.entries().len());
+}
+
+/// The faults in a seeded order: each kind once per cycle.
+pub fn schedule(seed: u64) -> Vec<&'static str> {
+    let mut rng = Rng::new(seed ^ 0xFA17);
+    let mut kinds = KINDS.to_vec();
+    for i in (1..kinds.len()).rev() {
+        kinds.swap(i, rng.below(i + 1));
+    }
+    kinds
+}

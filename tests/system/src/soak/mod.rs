@@ -1,0 +1,218 @@
+//! The whole system under churn and faults, with an invariant checker: the soak
+//! (tests/system/tests/soak.rs runs a short one in CI; scripts/soak-system.sh a long one).
+
+pub mod cell;
+pub mod checker;
+pub mod churn;
+pub mod faults;
+pub mod project;
+pub mod world;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use kube::Api;
+use tokio_util::sync::CancellationToken;
+
+use crate::helpers::{COPY_LABEL, eventually};
+
+/// One run's shape.
+#[derive(Clone, Debug)]
+pub struct Config {
+    pub seed: u64,
+    /// How long churn runs (faults included); the settling after it comes on top.
+    pub duration: Duration,
+    /// Project changes per second.
+    pub rate: f64,
+    /// Project namespaces at the start (churn adds and deletes some).
+    pub namespaces: usize,
+    pub withdraw_after: Duration,
+    pub grace: Duration,
+    pub deletes_per_second: usize,
+}
+
+impl Config {
+    /// From `SOAK_SEED`, `SOAK_DURATION` (seconds), `SOAK_RATE`, `SOAK_NAMESPACES`, over `base`.
+    pub fn from_env(base: Config) -> Config {
+        let var = |name: &str| std::env::var(name).ok().and_then(|v| v.parse::<f64>().ok());
+        Config {
+            seed: var("SOAK_SEED").map_or(base.seed, |v| v as u64),
+            duration: var("SOAK_DURATION").map_or(base.duration, Duration::from_secs_f64),
+            rate: var("SOAK_RATE").unwrap_or(base.rate),
+            namespaces: var("SOAK_NAMESPACES").map_or(base.namespaces, |v| v as usize),
+            ..base
+        }
+    }
+}
+
+/// What a run did and found.
+pub struct Report {
+    pub violations: Vec<checker::Violation>,
+    pub panics: usize,
+    pub readiness: Vec<(&'static str, Duration)>,
+}
+
+fn percentile(mut values: Vec<Duration>, p: f64) -> Duration {
+    values.sort();
+    values.get(((values.len() as f64 - 1.0) * p).round() as usize).copied().unwrap_or_default()
+}
+
+pub async fn run(config: Config) -> Report {
+    let started = Instant::now();
+    eprintln!("soak: {config:?}");
+    let mut world = world::World::start(config.clone()).await;
+    let view = project::ProjectView::start(&world.project);
+    let selector = format!("{COPY_LABEL}=true,edgegate-e2e={}", world::SCOPE);
+    let (copies, writer) = kube::runtime::reflector::store::<EndpointSlice>();
+    {
+        use futures::StreamExt;
+        use kube::runtime::{WatchStreamExt, reflector, watcher};
+        let api: Api<EndpointSlice> = Api::all(world.hub.clone());
+        let stream = reflector(writer, watcher(api, watcher::Config::default().labels(&selector)).default_backoff());
+        tokio::spawn(stream.touched_objects().for_each(|_| async {}));
+    }
+    let mut churn = churn::Churn::new(world.project.clone(), world.hub.clone(), config.seed);
+    for _ in 0..config.namespaces {
+        churn.add_namespace(6).await;
+    }
+    let deleted_namespaces = Arc::clone(&churn.deleted_hub_namespaces);
+    let churn = Arc::new(tokio::sync::Mutex::new(churn));
+    view.synced().await;
+    let _ = copies.wait_until_ready().await;
+    eventually(Duration::from_secs(60), "every binary ready", async || world.all_ready()).await;
+    eprintln!("soak: world ready {:?} after start", started.elapsed());
+
+    let ledger = cell::SharedLedger::default();
+    let timeline = faults::Timeline::default();
+    let hold = config.withdraw_after + config.grace;
+    // A deletion exactly `hold` after the address last served is the design; the checker's own
+    // view of the project may trail the producer's by its sampling period and a watch delay.
+    let checker = Arc::new(checker::new(
+        hold - Duration::from_millis(500),
+        hold + Duration::from_secs(20),
+        timeline.clone(),
+        Arc::clone(&ledger),
+        deleted_namespaces,
+        config.deletes_per_second,
+    ));
+    let stop = CancellationToken::new();
+    let mut tasks = vec![
+        tokio::spawn(cell::run(world.hub.clone(), view.clone(), copies.clone(), Arc::clone(&ledger), stop.clone())),
+        tokio::spawn(Arc::clone(&checker).follow_copies(world.hub.clone(), selector)),
+        tokio::spawn(Arc::clone(&checker).follow_records(world.hub.clone())),
+    ];
+    let sampling = {
+        let (checker, view, copies, stop) = (Arc::clone(&checker), view.clone(), copies.clone(), stop.clone());
+        tokio::spawn(async move {
+            let mut refusals = 0;
+            while !stop.is_cancelled() {
+                checker.sample(&view, &copies.state());
+                refusals = checker.judge_refusals(refusals);
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        })
+    };
+    let churn_stop = CancellationToken::new();
+    let churning = {
+        let (churn, churn_stop, rate) = (Arc::clone(&churn), churn_stop.clone(), config.rate);
+        tokio::spawn(async move {
+            let period = Duration::from_secs_f64(1.0 / rate.max(0.01));
+            while !churn_stop.is_cancelled() {
+                let next = Instant::now() + period;
+                churn.lock().await.step().await;
+                tokio::time::sleep_until(next.into()).await;
+            }
+        })
+    };
+
+    // Faults, one after another, each once per cycle, until the duration is over.
+    let mut readiness = Vec::new();
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let run_started = Instant::now();
+    let mut cycle = 0;
+    while run_started.elapsed() < config.duration {
+        for kind in faults::schedule(config.seed + cycle) {
+            faults::inject(kind, &mut world, &churn, &timeline).await;
+            let took =
+                eventually(Duration::from_secs(90), "every binary ready again", async || world.all_ready()).await;
+            eprintln!("soak: {kind}: every binary ready {took:.1?} after it ended");
+            readiness.push((kind, took));
+            tokio::time::sleep(Duration::from_secs(3)).await;
+            if cycle > 0 && run_started.elapsed() >= config.duration {
+                break;
+            }
+        }
+        cycle += 1;
+    }
+    churn_stop.cancel();
+    let _ = churning.await;
+    // Settle: whatever stopped serving is collected within the bound.
+    tokio::time::sleep(hold + Duration::from_secs(25)).await;
+    stop.cancel();
+    let _ = sampling.await;
+    for task in tasks.drain(..) {
+        task.abort();
+    }
+
+    let panics = world.logs().matches("panicked at").count();
+    let findings = checker.findings.lock().expect("findings");
+    let ledger = ledger.lock().expect("ledger");
+    let churn = churn.lock().await;
+    eprintln!(
+        "soak: ---- report (seed {}, {:.0?} of churn at {}/s, run {:.0?}) ----",
+        config.seed,
+        config.duration,
+        config.rate,
+        started.elapsed()
+    );
+    eprintln!(
+        "soak: project changes applied {}, failed {} (the project API server frozen)",
+        churn.applied, churn.failed
+    );
+    eprintln!("soak: faults injected: {:?}", timeline.count());
+    eprintln!(
+        "soak: copies written {}, refused {}, writes failed (fail closed, hub down) {}; deleted by the pruner {}, by the cell {}, with their namespace {}",
+        ledger.written,
+        ledger.refusals.len(),
+        ledger.failed,
+        findings.deleted_by_pruner,
+        findings.deleted_by_cell,
+        findings.deleted_with_namespace
+    );
+    eprintln!(
+        "soak: collection latency (unserved → copy gone) over {}: median {:.1?}, p99 {:.1?}, max {:.1?}",
+        findings.collection.len(),
+        percentile(findings.collection.clone(), 0.5),
+        percentile(findings.collection.clone(), 0.99),
+        percentile(findings.collection.clone(), 1.0)
+    );
+    eprintln!(
+        "soak: served (again) → copy published over {}: median {:.1?}, p99 {:.1?} (cell backoff cap {:?})",
+        findings.published.len(),
+        percentile(findings.published.clone(), 0.5),
+        percentile(findings.published.clone(), 0.99),
+        cell::BACKOFF_CAP
+    );
+    eprintln!(
+        "soak: pruner deletions peak {}/s (pacing {}/s); record writes seen {}; addresses withdrawn during the project cut, decided before it: {}",
+        findings.peak_deletions_per_second,
+        config.deletes_per_second,
+        findings.record_writes,
+        findings.withdrawn_during_cut
+    );
+    eprintln!("soak: readiness after each fault: {readiness:.1?}");
+    eprintln!("soak: panics {panics}; invariant violations {}", findings.violations.len());
+    let mut violations = findings.violations.clone();
+    if findings.peak_deletions_per_second > config.deletes_per_second + 1 {
+        violations.push(checker::Violation {
+            invariant: 4,
+            at: started.elapsed(),
+            what: format!(
+                "{} deletions within a second, pacing {}/s",
+                findings.peak_deletions_per_second, config.deletes_per_second
+            ),
+        });
+    }
+    Report { violations, panics, readiness }
+}

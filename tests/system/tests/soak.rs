@@ -1,0 +1,47 @@
+//! The whole system under churn and faults (tests/system/src/soak): a short run of the soak on
+//! every change, and the long one scripts/soak-system.sh runs.
+
+use std::time::Duration;
+
+use edgegate_system_tests::helpers::runs_as_root;
+use edgegate_system_tests::soak::{Config, run};
+
+fn short() -> Config {
+    Config {
+        seed: 1,
+        duration: Duration::from_secs(90),
+        rate: 10.0,
+        namespaces: 6,
+        withdraw_after: Duration::from_secs(2),
+        grace: Duration::from_secs(3),
+        deletes_per_second: 20,
+    }
+}
+
+fn assert_clean(report: &edgegate_system_tests::soak::Report) {
+    assert!(report.violations.is_empty(), "invariant violations: {:#?}", report.violations);
+    assert_eq!(report.panics, 0, "a binary panicked");
+    for (fault, took) in &report.readiness {
+        assert!(*took < Duration::from_secs(60), "{fault}: ready again only after {took:?}");
+    }
+}
+
+/// One fault of each kind in a short run, the invariants checked throughout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_short_soak_keeps_every_invariant() {
+    if !runs_as_root("a network namespace for the webhook's Service") {
+        return;
+    }
+    let report = run(short()).await;
+    assert_clean(&report);
+}
+
+/// `scripts/soak-system.sh`: the same with SOAK_SEED, SOAK_DURATION (s), SOAK_RATE, SOAK_NAMESPACES.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "minutes to hours: scripts/soak-system.sh"]
+async fn soak() {
+    let report =
+        run(Config::from_env(Config { duration: Duration::from_secs(1800), rate: 20.0, namespaces: 20, ..short() }))
+            .await;
+    assert_clean(&report);
+}
