@@ -55,16 +55,7 @@ async fn emergency_off_lets_copy_writes_through_at_once() {
     assert!(refusal.contains("no endpoints available"), "{refusal}");
 
     let started = Instant::now();
-    ok(
-        &cp,
-        &[
-            "delete",
-            "validatingwebhookconfigurations,mutatingwebhookconfigurations,deployments",
-            "-A",
-            "-l",
-            "edgegate.datumapis.com/enforces=true",
-        ],
-    );
+    ok(&cp, &["delete", EMERGENCY_KINDS, "-A", "-l", "edgegate.datumapis.com/enforces=true"]);
     let took = eventually(Duration::from_secs(30), "copy writes go through", async || {
         write_copy(&client, "cell-a", "after").await.is_ok()
     })
@@ -73,6 +64,35 @@ async fn emergency_off_lets_copy_writes_through_at_once() {
     assert!(took < Duration::from_secs(10), "at once: {took:?}");
     let left = ok(&cp, &["-n", "edgegate-system", "get", "deployments", "-o", "name"]);
     assert_eq!(left.trim(), "deployment.apps/edgegate-webhook", "the pruner is gone, the webhook stays");
+}
+
+/// What docs/deploy.md's emergency command deletes, by the label `edgegate.datumapis.com/enforces`.
+const EMERGENCY_KINDS: &str = "validatingwebhookconfigurations,mutatingwebhookconfigurations,validatingadmissionpolicybindings,validatingadmissionpolicies,deployments";
+
+/// With components/policy the API server refuses by itself; the same emergency command stops it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn emergency_off_stops_the_policy_mode_too() {
+    let cp = ControlPlane::own();
+    let client = cp.client().await;
+    apply(
+        &cp,
+        "emergency-policy",
+        &["base"],
+        &["components/policy", "components/dev-certs", "components/enforce", "components/images"],
+    );
+    namespace(&client, "cell-p", &[]).await;
+    set_record(&client, "cell-p", &[]).await;
+    let refusal = eventually(Duration::from_secs(30), "the policy refuses an unnamed copy", async || {
+        write_copy(&client, "cell-p", "before").await.is_err_and(|e| e.contains("is not carried"))
+    })
+    .await;
+    eprintln!("policy mode: refusing {refusal:?} after the apply");
+    ok(&cp, &["delete", EMERGENCY_KINDS, "-A", "-l", "edgegate.datumapis.com/enforces=true"]);
+    let took = eventually(Duration::from_secs(30), "copy writes go through", async || {
+        write_copy(&client, "cell-p", "after").await.is_ok()
+    })
+    .await;
+    eprintln!("emergency off (policy mode): copy writes accepted after {took:?}");
 }
 
 /// The documented uninstall leaves the CRD and the records, and nothing else of edgegate's.
@@ -93,7 +113,7 @@ async fn uninstall_keeps_the_crd_and_every_record() {
         &cp,
         &[
             "delete",
-            "validatingwebhookconfigurations,mutatingwebhookconfigurations",
+            "validatingwebhookconfigurations,mutatingwebhookconfigurations,validatingadmissionpolicybindings,validatingadmissionpolicies",
             "-l",
             "app.kubernetes.io/part-of=edgegate",
         ],
@@ -108,7 +128,7 @@ async fn uninstall_keeps_the_crd_and_every_record() {
         &cp,
         &[
             "get",
-            "validatingwebhookconfigurations,mutatingwebhookconfigurations,clusterroles,clusterrolebindings,priorityclasses",
+            "validatingwebhookconfigurations,mutatingwebhookconfigurations,validatingadmissionpolicybindings,validatingadmissionpolicies,clusterroles,clusterrolebindings,priorityclasses",
             "-l",
             "app.kubernetes.io/part-of=edgegate",
             "-o",
