@@ -172,7 +172,8 @@ if [[ ! -s $tmp/src/deploy/components/dev-certs/certs/tls.crt ]]; then
 fi
 
 # User kustomizations, in docs/deploy.md's order. Together with the overlays they use every
-# component: producer, monitoring, trim, without-crd, cert-manager, dev-certs, enforce, images.
+# component: producer, monitoring, trim, without-crd, policy, cert-manager, ca-keeper, dev-certs,
+# enforce, images.
 user() { # name resources components (space-separated paths under deploy/)
   local dir=$tmp/src/user/$1 p
   mkdir -p "$dir"
@@ -192,6 +193,8 @@ user dev-certs-trim-producer "base" "producer trim dev-certs enforce images"
 user karmada-hub-enforce "overlays/karmada-hub/hub" "enforce"
 user karmada-host-enforce "overlays/karmada-hub/host" "enforce"
 user karmada-hub-without-crd "overlays/karmada-hub/hub" "without-crd"
+user enforce-policy "base" "policy cert-manager enforce images"
+user enforce-ca-keeper-trim "base" "trim cert-manager ca-keeper enforce images"
 
 renders=(
   deploy/overlays/observe
@@ -206,6 +209,8 @@ renders=(
   user/karmada-hub-enforce
   user/karmada-host-enforce
   user/karmada-hub-without-crd
+  user/enforce-policy
+  user/enforce-ca-keeper-trim
 )
 
 # Every non-zero leaf the render sent that the server's answer lacks, per object (zero values:

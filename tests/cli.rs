@@ -3,6 +3,8 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use edgegate::core::audit::LARGE_COPY_ADDRESSES;
+
 fn repo(path: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(path)
 }
@@ -146,7 +148,10 @@ fn audit_offline_exits_by_what_would_be_deleted() {
     let report: serde_json::Value = serde_json::from_str(&out).expect("JSON");
     assert_eq!(
         report["summary"],
-        serde_json::json!({"namespaces": 1, "records": 1, "copies": 1, "wouldRefuse": 1, "wouldDelete": 1})
+        serde_json::json!({
+            "namespaces": 1, "records": 1, "copies": 1, "wouldRefuse": 1, "wouldDelete": 1,
+            "noncanonicalRecordEntries": 0, "noncanonicalCopyAddresses": 0, "largeCopies": 0, "vapModeSafe": true
+        })
     );
     let entry = &report["namespaces"][0];
     assert_eq!(entry["namespace"], ns);
@@ -164,6 +169,72 @@ fn audit_offline_exits_by_what_would_be_deleted() {
     std::fs::write(path("bad.yaml"), "kind: [").expect("write");
     let (code, out) = edgegate(&["audit", "--records", &served, "--slices", &path("bad.yaml")]);
     assert_eq!(code, 2, "{out}");
+}
+
+#[test]
+fn audit_offline_says_whether_the_policy_mode_is_safe() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = |name: &str| dir.path().join(name).to_string_lossy().into_owned();
+    let ns = "ns-3f6c1a52-9e0b-4c1d-8a77-0b5e2d9c4f10";
+    // The webhook reads both entries as the copy's address; CEL's exact compare would not.
+    let served = std::fs::read_to_string(repo("examples/records/edgereachability.yaml")).expect("record");
+    let respelled =
+        served.replace("- fd20:0:2::1:0:0", "- FD20:0:2::1:0:0").replace("- fd20:0:2::1:0:1", "- fd20:0:2:0:0:1:0:1");
+    assert_ne!(respelled, served, "the example record lists both addresses");
+    std::fs::write(path("records.yaml"), respelled).expect("write");
+    // A second copy, large (one address more than the threshold), one address with a leading zero.
+    let addresses: Vec<String> = (0..LARGE_COPY_ADDRESSES).map(|i| format!("\"fd20:0:2::1:0:{i:x}\"")).collect();
+    let big = format!(
+        "{{\"apiVersion\": \"discovery.k8s.io/v1\", \"kind\": \"EndpointSlice\", \"addressType\": \"IPv6\",
+          \"metadata\": {{\"name\": \"big\", \"namespace\": \"{ns}\",
+                        \"labels\": {{\"networking.datumapis.com/vpc-endpointslice-projection\": \"true\"}}}},
+          \"endpoints\": [{{\"addresses\": [{}, \"fd20:0:2::1:0:0fff\"]}}]}}",
+        addresses.join(", ")
+    );
+    std::fs::create_dir(path("slices")).expect("dir");
+    std::fs::write(path("slices/big.json"), big).expect("write");
+    std::fs::copy(repo("examples/copy-endpointslice.yaml"), path("slices/copy.yaml")).expect("copy");
+
+    let (code, out) = edgegate(&["audit", "--records", &path("records.yaml"), "--slices", &path("slices")]);
+    assert_eq!(code, 0, "nothing would be deleted, so the exit code does not change: {out}");
+    assert!(
+        out.contains(
+            "ValidatingAdmissionPolicy mode (components/policy): NOT safe: 2 record entries and 1 copy addresses are not spelled canonically\n"
+        ),
+        "{out}"
+    );
+    assert!(out.contains(&format!("  record {ns}/default: FD20:0:2::1:0:0 (canonical: fd20:0:2::1:0:0)\n")), "{out}");
+    assert!(out.contains(&format!("  copy {ns}/big: fd20:0:2::1:0:0fff (canonical: fd20:0:2::1:0:fff)\n")), "{out}");
+    assert!(out.contains(&format!("  1 copies with {LARGE_COPY_ADDRESSES} or more endpoint addresses")), "{out}");
+
+    let (code, out) =
+        edgegate(&["audit", "--records", &path("records.yaml"), "--slices", &path("slices"), "--output", "json"]);
+    assert_eq!(code, 0, "{out}");
+    let report: serde_json::Value = serde_json::from_str(&out).expect("JSON");
+    let summary = &report["summary"];
+    assert_eq!(summary["vapModeSafe"], false);
+    assert_eq!(
+        (summary["noncanonicalRecordEntries"].as_u64(), summary["noncanonicalCopyAddresses"].as_u64()),
+        (Some(2), Some(1))
+    );
+    assert_eq!(summary["largeCopies"], 1);
+    let entry = &report["namespaces"][0];
+    assert_eq!(
+        entry["noncanonical"][1],
+        serde_json::json!({"namespace": ns, "kind": "record", "name": "default", "spelled": "fd20:0:2:0:0:1:0:1", "canonical": "fd20:0:2::1:0:1"})
+    );
+    assert_eq!(entry["largeCopies"], serde_json::json!([{"name": "big", "addresses": LARGE_COPY_ADDRESSES + 1}]));
+
+    // Spelled canonically, the same hub is safe.
+    let (code, out) = edgegate(&[
+        "audit",
+        "--records",
+        &repo("examples/records").to_string_lossy(),
+        "--slices",
+        &path("slices/copy.yaml"),
+    ]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("ValidatingAdmissionPolicy mode (components/policy): safe: every record entry and copy address is spelled canonically\n"), "{out}");
 }
 
 #[test]

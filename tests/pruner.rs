@@ -258,6 +258,31 @@ async fn dry_run_only_counts() {
     assert!(h.metrics.deletions("dry_run") >= 1);
 }
 
+/// `--exact-spelling`: the gauges have no series while the caches are not whole, and are set
+/// as soon as they are, not only a minute later.
+#[tokio::test]
+async fn exact_spelling_counts_soon_after_the_caches_sync() {
+    let mut scenario = world();
+    scenario.records = Some(vec![record("ns-a", &["FD00::1", "fd00::2", "not an address"])]);
+    scenario.copies.push(copy("ns-a", "respelled", &["fd00:0::1", "::ffff:10.0.3.7"]));
+    let h = Harness::start(scenario, false, true);
+    let metrics = Arc::new(Metrics::new().with_spelling());
+    assert!(!metrics.encode().contains("edgegate_prune_noncanonical_addresses"), "no count before a whole view");
+    assert!(!h.metrics.encode().contains("noncanonical"), "registered only with --exact-spelling");
+    let watch = edgegate_pruner::spelling::watch(
+        Arc::clone(&h.records),
+        Arc::clone(&h.copies),
+        Arc::clone(&metrics),
+        h.shutdown.clone(),
+    );
+    tokio::spawn(watch);
+    h.synced().await;
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    let scrape = metrics.encode();
+    assert!(scrape.contains("edgegate_prune_noncanonical_addresses{in=\"records\"} 1\n"), "{scrape}");
+    assert!(scrape.contains("edgegate_prune_noncanonical_addresses{in=\"copies\"} 2\n"), "{scrape}");
+}
+
 #[tokio::test]
 async fn a_conflict_is_absorbed() {
     let mut scenario = world();

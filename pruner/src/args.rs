@@ -47,6 +47,13 @@ pub struct Args {
     #[arg(long, env = "EDGEGATE_RECORD_NAME", default_value = edgegate::index::store::DEFAULT_RECORD_NAME)]
     pub record_name: String,
 
+    /// Watch that every record entry and copy address is spelled canonically, every 60 s
+    /// (edgegate_prune_noncanonical_addresses, a warning when any is not). Set by
+    /// deploy/components/policy, whose ValidatingAdmissionPolicy compares addresses as exact
+    /// strings where edgegate compares them normalised.
+    #[arg(long, env = "EDGEGATE_EXACT_SPELLING")]
+    pub exact_spelling: bool,
+
     /// Name of the coordination.k8s.io/v1 Lease that elects the one replica that deletes.
     #[arg(long, env = "EDGEGATE_LEASE_NAME", default_value = "edgegate-pruner")]
     pub lease_name: String,

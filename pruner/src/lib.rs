@@ -5,3 +5,4 @@ pub mod args;
 pub mod metrics;
 pub mod pruner;
 pub mod run;
+pub mod spelling;

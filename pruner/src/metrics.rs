@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use edgegate::runtime::metrics::{ResultLabels, registered};
+use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
@@ -19,6 +20,14 @@ pub struct Metrics {
     leader: Gauge,
     synced: Gauge,
     copies: Gauge,
+    /// Registered only with `--exact-spelling`.
+    noncanonical: Option<Family<SpellingLabels, Gauge>>,
+}
+
+/// `{in="records"|"copies"}`: where addresses are spelled other than canonically.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct SpellingLabels {
+    pub r#in: &'static str,
 }
 
 impl Metrics {
@@ -46,7 +55,26 @@ impl Metrics {
         for result in results.into_iter().chain([TERMINATING]) {
             let _ = deletions.get_or_create(&ResultLabels { result });
         }
-        Metrics { registry, deletions, pass_duration, leader, synced, copies }
+        Metrics { registry, deletions, pass_duration, leader, synced, copies, noncanonical: None }
+    }
+
+    /// With `edgegate_prune_noncanonical_addresses{in}`, for `--exact-spelling`. It is not
+    /// exported until [`set_noncanonical`](Self::set_noncanonical): before the caches are whole,
+    /// a count would be a guess.
+    pub fn with_spelling(mut self) -> Self {
+        self.noncanonical = Some(registered(
+            &mut self.registry,
+            "prune_noncanonical_addresses",
+            "Valid addresses not spelled canonically, in record entries (in=records) and copy endpoints (in=copies): the ValidatingAdmissionPolicy mode compares them as exact strings",
+        ));
+        self
+    }
+
+    pub fn set_noncanonical(&self, records: usize, copies: usize) {
+        let Some(family) = &self.noncanonical else { return };
+        for (r#in, count) in [("records", records), ("copies", copies)] {
+            family.get_or_create(&SpellingLabels { r#in }).set(i64::try_from(count).unwrap_or(i64::MAX));
+        }
     }
 
     pub fn deletion(&self, result: &'static str) {

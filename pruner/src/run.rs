@@ -26,7 +26,15 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let grace: Grace = Arc::new(Mutex::new(Hold::new(args.grace)));
     let observer = named_again(Arc::clone(&grace), Arc::clone(&copies));
     start_watches(&controller.hub, &args.copy_selector, &records, &copies, changes_tx.clone(), Some(observer));
-    let metrics = Arc::new(Metrics::new().with_hub_token(&args.hub));
+    let mut metrics = Metrics::new().with_hub_token(&args.hub);
+    if args.exact_spelling {
+        metrics = metrics.with_spelling();
+    }
+    let metrics = Arc::new(metrics);
+    if args.exact_spelling {
+        let (records, copies, metrics) = (Arc::clone(&records), Arc::clone(&copies), Arc::clone(&metrics));
+        tokio::spawn(crate::spelling::watch(records, copies, metrics, controller.shutdown.clone()));
+    }
     let admin = Admin {
         records: Arc::clone(&records),
         copies: Arc::clone(&copies),
@@ -51,6 +59,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         grace = ?args.grace,
         max_deletes_per_second = args.max_deletes_per_second,
         dry_run = args.dry_run,
+        exact_spelling = args.exact_spelling,
         selector = %pruner.selector,
         "pruning"
     );

@@ -3,7 +3,7 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 
-use crate::core::address::{Address, AddressError, ip_key, parse_hex_ipv6};
+use crate::core::address::{Address, AddressError, ip_key, is_spelled_as, parse_hex_ipv6};
 
 /// The name every record carries; records with other names are ignored, as the write-back does.
 pub const DEFAULT_RECORD_NAME: &str = "default";
@@ -23,6 +23,9 @@ pub struct Record {
     /// DNS names, lower-cased, without the trailing dot.
     names: FastSet<Box<str>>,
     invalid: Vec<InvalidEntry>,
+    /// Valid entries not spelled canonically: what the exact-string comparison of the
+    /// ValidatingAdmissionPolicy mode would read differently from the webhook.
+    noncanonical: usize,
 }
 
 /// A record entry that is no address.
@@ -36,14 +39,21 @@ impl Record {
     pub fn from_entries<'a>(entries: impl IntoIterator<Item = &'a str>) -> Self {
         let mut record = Record::default();
         for entry in entries {
-            match entry.parse::<Address>() {
-                Ok(Address::Ip(ip)) => {
+            let address = match entry.parse::<Address>() {
+                Ok(address) => address,
+                Err(error) => {
+                    record.invalid.push(InvalidEntry { entry: entry.to_owned(), error });
+                    continue;
+                }
+            };
+            record.noncanonical += usize::from(!is_spelled_as(entry, &address));
+            match address {
+                Address::Ip(ip) => {
                     record.ips.insert(ip_key(ip));
                 }
-                Ok(Address::Fqdn(name)) => {
+                Address::Fqdn(name) => {
                     record.names.insert(name);
                 }
-                Err(error) => record.invalid.push(InvalidEntry { entry: entry.to_owned(), error }),
             }
         }
         record.ips.shrink_to_fit();
@@ -79,6 +89,12 @@ impl Record {
         &self.invalid
     }
 
+    /// Valid entries not spelled canonically (see [`crate::core::address::Spelling`]), each
+    /// occurrence counted.
+    pub fn noncanonical(&self) -> usize {
+        self.noncanonical
+    }
+
     /// The union of two records: used where one namespace has two sources of `default` (two
     /// files), since every doubt resolves toward keeping what is published.
     pub fn union(&self, other: &Record) -> Record {
@@ -86,6 +102,7 @@ impl Record {
         merged.ips.extend(other.ips.iter().copied());
         merged.names.extend(other.names.iter().cloned());
         merged.invalid.extend(other.invalid.iter().cloned());
+        merged.noncanonical += other.noncanonical;
         merged
     }
 }
@@ -115,5 +132,15 @@ mod tests {
         assert!(!record.names("fd00:10::8"));
         assert!(record.names("not an address"), "exact string as the write-back compares");
         assert!(!record.names("Not An Address"));
+        assert_eq!(record.noncanonical(), 1, "fd00:10:0::7; the invalid entries are not counted");
+    }
+
+    #[test]
+    fn counts_entries_not_spelled_canonically() {
+        let entries = ["fd00::1", "FD00::2", "::ffff:10.0.3.7", "10.0.3.8", "Web.Example", "web.example", "x/y"];
+        let record = Record::from_entries(entries);
+        assert_eq!(record.noncanonical(), 3);
+        assert_eq!(record.union(&Record::from_entries(["fd00:0::3"])).noncanonical(), 4);
+        assert_eq!(Record::from_entries(["fd00::1", "10.0.3.7", "web.example"]).noncanonical(), 0);
     }
 }

@@ -8,6 +8,7 @@ use std::sync::{Arc, RwLock};
 
 use kube::runtime::watcher;
 
+use crate::core::address::is_noncanonical;
 use crate::core::slice::Slice;
 use crate::index::Change;
 use crate::index::source::follow::WatchSink;
@@ -42,6 +43,15 @@ impl CopyIndex {
 
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+
+    /// Copy endpoint addresses, over every copy, spelled other than canonically: what the
+    /// ValidatingAdmissionPolicy mode's exact-string comparison reads differently from the
+    /// webhook. A scan of every address, for a periodic check, not for every pass; the lock is
+    /// held only to take the copies, so the watch is not held up by the scan.
+    pub fn noncanonical(&self) -> usize {
+        let copies: Vec<Arc<Slice>> = self.read().values().flat_map(BTreeMap::values).cloned().collect();
+        copies.iter().flat_map(|copy| copy.addresses()).filter(|a| is_noncanonical(a)).count()
     }
 
     /// Drop one copy before the watch says it is gone (the pruner, once its DELETE succeeded), if
@@ -167,6 +177,8 @@ mod tests {
         index.forget("a", "s3", version.as_deref());
         assert_eq!(index.in_namespace("a").len(), 1);
         assert!(index.in_namespace("b").is_empty());
+        writer.applied(copy("b", "s4", &["FD00::4", "::ffff:10.0.3.7", "fd00::5", "no address"]));
+        assert_eq!(index.noncanonical(), 2);
         writer.failed(&watcher::Error::NoResourceVersion);
         assert!(!index.synced());
     }

@@ -104,6 +104,13 @@ impl RecordStore {
         self.write().remove(namespace);
     }
 
+    /// Record entries, over every record, spelled other than canonically: what the
+    /// ValidatingAdmissionPolicy mode's exact-string comparison reads differently from the
+    /// webhook.
+    pub fn noncanonical(&self) -> usize {
+        self.read().values().map(|r| r.noncanonical()).sum()
+    }
+
     /// Mark the store unsynced (its source lost its view), so lookups answer `Unavailable`.
     pub fn set_synced(&self, synced: bool) {
         self.synced.store(synced, Ordering::Release);
@@ -190,6 +197,8 @@ mod tests {
         assert!(matches!(store.lookup("ns"), RecordState::Absent));
         store.upsert("ns", Record::from_entries(["fd00::1"]));
         assert!(matches!(store.lookup("ns"), RecordState::Present(r) if r.len() == 1));
+        store.upsert("other", Record::from_entries(["FD00::1", "fd00:0::2", "fd00::3"]));
+        assert_eq!(store.noncanonical(), 2);
         store.remove("ns");
         assert!(matches!(store.lookup("ns"), RecordState::Absent));
         store.set_synced(false);

@@ -7,8 +7,8 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use anyhow::Context;
-use edgegate::core::audit::{Report, audit};
-use edgegate::{CopySelector, EdgeReachability, Record, Slice};
+use edgegate::core::audit::{AuditedRecord, Report, audit};
+use edgegate::{CopySelector, EdgeReachability, Slice};
 
 #[derive(clap::Args)]
 pub struct AuditArgs {
@@ -71,12 +71,17 @@ pub fn run(args: &AuditArgs) -> ExitCode {
     if report.summary.would_delete > 0 { ExitCode::from(1) } else { ExitCode::SUCCESS }
 }
 
-/// The namespaces' records (those named `record_name`), normalised.
-fn by_namespace(resources: &[EdgeReachability], record_name: &str) -> BTreeMap<String, Arc<Record>> {
+/// The namespaces' records (those named `record_name`), normalised and as written.
+fn by_namespace(resources: &[EdgeReachability], record_name: &str) -> BTreeMap<String, AuditedRecord> {
+    let audited = |r: &EdgeReachability| AuditedRecord {
+        name: record_name.to_owned(),
+        record: Arc::new(edgegate::index::source::record_of(r)),
+        entries: r.entries().to_vec(),
+    };
     resources
         .iter()
         .filter(|r| r.metadata.name.as_deref() == Some(record_name))
-        .map(|r| (r.metadata.namespace.clone().unwrap_or_default(), Arc::new(edgegate::index::source::record_of(r))))
+        .map(|r| (r.metadata.namespace.clone().unwrap_or_default(), audited(r)))
         .collect()
 }
 

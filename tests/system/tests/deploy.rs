@@ -581,7 +581,7 @@ fn monitoring_component_adds_rules_monitors_and_the_dashboard() {
     assert_common(&objects);
     let rule = find(&objects, "PrometheusRule", "edgegate");
     assert_eq!(rule["metadata"]["namespace"], "edgegate-system");
-    assert!(rule["spec"]["groups"].as_array().is_some_and(|g| g.len() == 3));
+    assert!(rule["spec"]["groups"].as_array().is_some_and(|g| g.len() == 4), "webhook, hub, pruner, producer");
     for name in ["edgegate-webhook", "edgegate-pruner", "edgegate-producer"] {
         let monitor = find(&objects, "PodMonitor", name);
         assert_eq!(monitor["spec"]["jobLabel"], "app.kubernetes.io/name");

@@ -115,7 +115,8 @@ async fn every_metric_the_alerts_and_dashboard_use_is_exported() {
     // The pruner runs as a Karmada hub's does: on a ServiceAccount token that expires.
     namespace(&client, "monitoring", &[]).await;
     let token = cp.service_account_kubeconfig("monitoring", "edgegate-pruner", Some("cluster-admin"), 90 * 86400).await;
-    let pruner = start_pruner(cp, "monitoring", &token, &["--no-leader-election"]);
+    // --exact-spelling, as components/policy sets it: an alert reads the gauges it adds.
+    let pruner = start_pruner(cp, "monitoring", &token, &["--no-leader-election", "--exact-spelling"]);
     let port = free_port();
     let producer = Process {
         child: spawn_guarded(
@@ -143,6 +144,11 @@ async fn every_metric_the_alerts_and_dashboard_use_is_exported() {
         .output()
         .expect("curl");
     assert!(String::from_utf8_lossy(&review.stdout).contains("\"allowed\""), "a review is answered");
+    // The spelling gauges are set once the pruner's caches are whole, not at once.
+    eventually(Duration::from_secs(30), "the pruner counts spellings", async || {
+        metrics(&pruner).contains("edgegate_prune_noncanonical_addresses{")
+    })
+    .await;
     let mut scrapes = String::new();
     for (what, url, ca) in [
         ("webhook", format!("https://127.0.0.1:{}/metrics", webhook.port), Some(&ca)),

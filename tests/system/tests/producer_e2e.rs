@@ -6,45 +6,36 @@
 use std::sync::Arc;
 
 use edgegate_system_tests::helpers::*;
-use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
+use kube::api::DynamicObject;
 
 const SCOPE: &str = "producer";
 
-fn resource(kind: &str, plural: &str) -> ApiResource {
-    ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("networking.datumapis.com", "v1alpha", kind), plural)
-}
+use edgegate_system_tests::soak::project::resource;
 
 /// Create or replace a project object by server-side apply.
-async fn put(client: &Client, ns: &str, kind: &str, plural: &str, name: &str, body: serde_json::Value) {
-    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &resource(kind, plural));
-    let mut object = body;
-    object["apiVersion"] = json!("networking.datumapis.com/v1alpha");
-    object["kind"] = json!(kind);
-    object["metadata"]["name"] = json!(name);
-    object["metadata"]["namespace"] = json!(ns);
-    api.patch(name, &PatchParams::apply("e2e").force(), &Patch::Apply(&object)).await.expect("apply project object");
+async fn put(client: &Client, ns: &str, kind: &str, name: &str, body: serde_json::Value) {
+    edgegate_system_tests::soak::project::put(client, ns, kind, name, body).await.expect("apply project object");
 }
 
-async fn remove(client: &Client, ns: &str, kind: &str, plural: &str, name: &str) {
-    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &resource(kind, plural));
-    api.delete(name, &DeleteParams::default()).await.expect("delete project object");
+async fn remove(client: &Client, ns: &str, kind: &str, name: &str) {
+    edgegate_system_tests::soak::project::remove(client, ns, kind, name).await.expect("delete project object");
 }
 
 async fn interface(client: &Client, ns: &str, name: &str, app: &str, phase: &str, address: &str) {
     let body = json!({"metadata": {"labels": {"app": app}},
         "spec": {"addresses": [{"address": address}], "externalAddresses": [{"address": "203.0.113.7"}]},
         "status": {"phase": phase}});
-    put(client, ns, "NetworkInterface", "networkinterfaces", name, body).await;
+    put(client, ns, "NetworkInterface", name, body).await;
 }
 
 async fn service(client: &Client, ns: &str, name: &str, app: &str) {
     let body = json!({"spec": {"networkInterfaces": {"selector": {"matchLabels": {"app": app}}}}});
-    put(client, ns, "NetworkService", "networkservices", name, body).await;
+    put(client, ns, "NetworkService", name, body).await;
 }
 
 async fn proxy(client: &Client, ns: &str, name: &str, backends: serde_json::Value) {
     let body = json!({"spec": {"hostnames": ["x.example"], "rules": [{"backends": backends}]}});
-    put(client, ns, "HTTPProxy", "httpproxies", name, body).await;
+    put(client, ns, "HTTPProxy", name, body).await;
 }
 
 /// A project namespace serving `address` through one proxy → service → held interface, and its
@@ -317,7 +308,7 @@ async fn producer_between_a_project_and_the_hub() {
             create(&hub, &a, &copy, false).await.is_ok()
         })
         .await;
-        remove(&project, "proj-a", "HTTPProxy", "httpproxies", &name).await;
+        remove(&project, "proj-a", "HTTPProxy", &name).await;
         to_gone.push(
             eventually(Duration::from_secs(10), "proxy deleted → copy gone", async || !exists(&hub, &a, &name).await)
                 .await,
@@ -498,7 +489,7 @@ async fn a_selector_edited_before_the_interfaces_withdraws_nothing() {
 
     // A real withdrawal: nothing serves the address any more.
     let started = Instant::now();
-    remove(&project, "flap-a", "HTTPProxy", "httpproxies", "web").await;
+    remove(&project, "flap-a", "HTTPProxy", "web").await;
     eventually(Duration::from_secs(60), "copy collected", async || !exists(&hub, &hub_ns, "vm-1").await).await;
     let took = started.elapsed();
     eprintln!(

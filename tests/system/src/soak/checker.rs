@@ -258,17 +258,16 @@ impl Checker {
         let mut wrong = Vec::new();
         for r in &refusals {
             let since = truth.served_since.get(&(r.hub_ns.clone(), r.address.clone()));
-            if let Some(since) = since.filter(|s| r.at.checked_duration_since(**s).is_some_and(|d| d > self.window)) {
-                if self.timeline.quiet(*since, r.at) {
-                    wrong.push(format!(
-                        "{}/{} ({}) refused, served for {:.1?}: {}",
-                        r.hub_ns,
-                        r.name,
-                        r.address,
-                        r.at - *since,
-                        r.message
-                    ));
-                }
+            let long_served = since.filter(|s| r.at.checked_duration_since(**s).is_some_and(|d| d > self.window));
+            if let Some(since) = long_served.filter(|s| self.timeline.quiet(**s, r.at)) {
+                wrong.push(format!(
+                    "{}/{} ({}) refused, served for {:.1?}: {}",
+                    r.hub_ns,
+                    r.name,
+                    r.address,
+                    r.at - *since,
+                    r.message
+                ));
             }
         }
         drop(truth);

@@ -29,9 +29,12 @@ pub const KINDS: [&str; 9] = [
 /// How long after a fault ends its effects may still show (the binaries' backoffs, a relist).
 pub const RECOVERY: Duration = Duration::from_secs(15);
 
+/// A fault's kind, when it began and (once over) when it ended.
+type Window = (&'static str, Instant, Option<Instant>);
+
 /// The faults' windows, shared with the checker.
 #[derive(Clone, Default)]
-pub struct Timeline(Arc<Mutex<Vec<(&'static str, Instant, Option<Instant>)>>>);
+pub struct Timeline(Arc<Mutex<Vec<Window>>>);
 
 impl Timeline {
     fn open(&self, kind: &'static str) -> usize {

@@ -156,9 +156,9 @@ pub async fn run(config: Config) -> Report {
     }
 
     let panics = world.logs().matches("panicked at").count();
+    let churn = churn.lock().await;
     let findings = checker.findings.lock().expect("findings");
     let ledger = ledger.lock().expect("ledger");
-    let churn = churn.lock().await;
     eprintln!(
         "soak: ---- report (seed {}, {:.0?} of churn at {}/s, run {:.0?}) ----",
         config.seed,

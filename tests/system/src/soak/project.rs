@@ -157,11 +157,12 @@ impl ProjectView {
         let mut by_ns: BTreeMap<String, Objects> = BTreeMap::new();
         let mut hub_of = BTreeMap::new();
         for ns in self.namespaces.state() {
-            if let (Some(name), Some(uid)) = (ns.metadata.name.clone(), ns.metadata.uid.clone()) {
-                if ns.metadata.deletion_timestamp.is_none() && name.starts_with("soak-") {
-                    hub_of.insert(name, format!("ns-{uid}"));
-                    by_ns.insert(format!("ns-{uid}"), Objects::default());
-                }
+            if let (Some(name), Some(uid)) = (ns.metadata.name.clone(), ns.metadata.uid.clone())
+                && ns.metadata.deletion_timestamp.is_none()
+                && name.starts_with("soak-")
+            {
+                hub_of.insert(name, format!("ns-{uid}"));
+                by_ns.insert(format!("ns-{uid}"), Objects::default());
             }
         }
         for (i, store) in self.kinds.iter().enumerate() {
