@@ -179,6 +179,11 @@ impl Producer {
                         after = restored,
                         "another field manager removed served addresses from the record; put back, keeping what it added"
                     );
+                    let message = format!(
+                        "edgegate-producer put back the addresses {project}/{namespace} serves that another writer removed: {}",
+                        status.message
+                    );
+                    self.warn(&hub_ns, "RecordRestored", message).await;
                     return Written::Applied;
                 }
                 tracing::warn!(
@@ -224,9 +229,13 @@ impl Producer {
         if addresses.iter().all(|a| current.contains(a)) {
             return None;
         }
-        let union: Vec<String> =
+        let mut union: Vec<String> =
             current.into_iter().chain(addresses.iter().cloned()).collect::<BTreeSet<_>>().into_iter().collect();
-        if union.len() > MAX_RECORD_ADDRESSES || !self.leader.is_leader() {
+        if union.len() > MAX_RECORD_ADDRESSES {
+            // What the answer serves comes first; the rest would not fit.
+            union = addresses.to_vec();
+        }
+        if !self.leader.is_leader() {
             return None;
         }
         self.apply(hub_ns, &union, true).await.ok()?;

@@ -9,9 +9,9 @@
 //! checks and the pruner keeps watching (`--exact-spelling`).
 //!
 //! - no record: `parameterNotFoundAction: Allow` (silence is not withdrawal);
-//! - a copy that carries no address, an UPDATE of a copy that adds no address, the last finalizer
-//!   leaving a terminating copy: not evaluated (the match conditions, the webhook's own two and
-//!   one for the finalizer, which the webhook decides itself);
+//! - a copy that carries no address, an UPDATE of a copy that adds no address, an UPDATE that
+//!   makes it no copy, the last finalizer leaving a terminating copy: not evaluated (the match
+//!   conditions: the webhook's own two, and two for what the webhook decides itself);
 //! - otherwise admitted when the record names one of its addresses, refused naming the namespace
 //!   and the addresses (an empty record names none).
 
@@ -61,10 +61,20 @@ pub fn webhook_match_conditions() -> Vec<MatchCondition> {
     ]
 }
 
-/// The policy's match conditions: the webhook's, and the last finalizer leaving a terminating
-/// copy (the API server deletes it with that UPDATE, whatever else the UPDATE says).
+/// The policy's match conditions: the webhook's; an UPDATE that makes the slice no copy (the
+/// objectSelector matches an UPDATE if the old object matched; the webhook lets what is no copy
+/// pass); and the last finalizer leaving a terminating copy (the API server deletes it with that
+/// UPDATE, whatever else the UPDATE says).
 fn policy_match_conditions() -> Vec<MatchCondition> {
+    let (key, value) = copy_label();
     let mut conditions = webhook_match_conditions();
+    conditions.push(MatchCondition {
+        name: "still-a-copy".into(),
+        expression: format!(
+            "has(object.metadata.labels) && '{key}' in object.metadata.labels && \
+             object.metadata.labels['{key}'] == '{value}'"
+        ),
+    });
     conditions.push(MatchCondition {
         name: "not-the-last-finalizer-leaving".into(),
         expression: "request.operation != 'UPDATE' || !has(object.metadata.deletionTimestamp) || \

@@ -63,6 +63,30 @@ fn pem_text(blocks: &[BundleCert]) -> Vec<u8> {
     blocks.iter().map(|b| b.pem.as_str()).collect::<String>().into_bytes()
 }
 
+/// When a certificate became valid, in seconds since the epoch.
+fn not_before(cert: &BundleCert) -> Option<i64> {
+    x509_parser::parse_x509_certificate(cert.der()).ok().map(|(_, c)| c.validity().not_before.timestamp())
+}
+
+/// `ours`, and every CA in `current` newer than all of ours: a newer CA is another replica's
+/// rotation in progress (it added it before serving a leaf from it, and narrows the bundle
+/// itself once its own keep-old has passed), which a replica still on the old CA must not undo.
+pub fn narrowed(current: &[BundleCert], ours: &[BundleCert]) -> Vec<BundleCert> {
+    let newest = ours.iter().filter_map(not_before).max();
+    let mut bundle = ours.to_vec();
+    for cert in current {
+        let newer = newest.is_some_and(|n| not_before(cert).is_some_and(|b| b > n));
+        if newer && !bundle.contains(cert) {
+            bundle.push(cert.clone());
+        }
+    }
+    bundle
+}
+
+fn is_forbidden(error: &anyhow::Error) -> bool {
+    error.chain().any(|e| matches!(e.downcast_ref::<kube::Error>(), Some(kube::Error::Api(s)) if s.code == 403))
+}
+
 /// Keeps the caBundles of edgegate's webhook configurations in step with the served certificate's CA.
 #[derive(Clone)]
 pub struct CaBundleKeeper {
@@ -105,22 +129,31 @@ impl CaBundleKeeper {
         .await
     }
 
-    /// Make every webhook's bundle exactly `ca`. True if anything changed.
+    /// Narrow every webhook's bundle to `ca` (see [`narrowed`]). True if anything changed.
     pub async fn only(&self, ca: &[u8]) -> anyhow::Result<bool> {
         let wanted = pem_blocks(ca);
         anyhow::ensure!(!wanted.is_empty(), "the CA file holds no certificate");
-        self.rewrite(|_| wanted.clone()).await
+        self.rewrite(|current| narrowed(&pem_blocks(current), &wanted)).await
     }
 
-    /// Rewrite both configurations' bundles; true if either changed.
+    /// Rewrite both configurations' bundles; true if either changed. One that does not exist is
+    /// skipped (components/policy has no validating configuration, only components/trim a
+    /// mutating one), and so is a mutating one this identity may not read (a hub whose role
+    /// predates it): neither must keep a renewed certificate from being served.
     async fn rewrite(&self, bundle: impl Fn(&[u8]) -> Vec<BundleCert>) -> anyhow::Result<bool> {
         let [(validating, validating_kind), (mutating, mutating_kind)] = &self.configs;
-        let mut changed = self
-            .rewrite_one(validating, validating_kind, &bundle)
-            .await?
-            .with_context(|| format!("{validating_kind} {} does not exist", self.name))?;
-        changed |= self.rewrite_one(mutating, mutating_kind, &bundle).await?.unwrap_or(false);
-        Ok(changed)
+        let validating = self.rewrite_one(validating, validating_kind, &bundle).await?;
+        if validating.is_none() {
+            tracing::warn!(name = self.name, "no {validating_kind} of this name; its caBundle is not kept");
+        }
+        let mutating = match self.rewrite_one(mutating, mutating_kind, &bundle).await {
+            Err(error) if is_forbidden(&error) => {
+                tracing::warn!(name = self.name, "may not read the {mutating_kind}; its caBundle is not kept");
+                None
+            }
+            other => other?,
+        };
+        Ok(validating.unwrap_or(false) | mutating.unwrap_or(false))
     }
 
     /// Read one configuration, compute each webhook's new bundle, and patch what differs, guarded
@@ -183,6 +216,26 @@ impl CaBundleKeeper {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A self-signed CA valid from 1 January of `year`.
+    fn ca(year: i32) -> BundleCert {
+        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).expect("params");
+        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        params.not_before = rcgen::date_time_ymd(year, 1, 1);
+        let key = rcgen::KeyPair::generate().expect("key");
+        let pem = params.self_signed(&key).expect("ca").pem();
+        pem_blocks(pem.as_bytes()).remove(0)
+    }
+
+    #[test]
+    fn narrowing_keeps_a_newer_ca_another_replica_rotates_to() {
+        let (stale, old, new) = (ca(2020), ca(2024), ca(2026));
+        // The replica on the new CA, after its keep-old: the old and the stale go.
+        let all = [stale, old.clone(), new.clone()];
+        assert_eq!(narrowed(&all, std::slice::from_ref(&new)), std::slice::from_ref(&new));
+        // A replica still on the old CA (its kubelet late) keeps the new one another replica serves.
+        assert_eq!(narrowed(&all, std::slice::from_ref(&old)), [old, new]);
+    }
 
     #[test]
     fn certificates_compare_as_der() {

@@ -95,6 +95,8 @@ struct BundleSync {
     keeper: CaBundleKeeper,
     /// Bumped by every rotation, so that a narrowing scheduled before it does not undo it.
     generation: Arc<std::sync::atomic::AtomicU64>,
+    /// The CA of the leaf being served: a renewal under the same CA leaves the bundle alone.
+    served_ca: Vec<crate::ca_bundle::BundleCert>,
 }
 
 impl BundleSync {
@@ -140,7 +142,8 @@ impl CertReloader {
         if let Some(stamp) = self.stamp.as_mut() {
             stamp.2 = FileStamp::of(&ca_file);
         }
-        let sync = BundleSync { ca_file, keeper, generation: Arc::default() };
+        let served_ca = crate::ca_bundle::pem_blocks(&ca);
+        let sync = BundleSync { ca_file, keeper, generation: Arc::default(), served_ca };
         let keeper = sync.keeper.clone();
         let narrow = ca.clone();
         tokio::spawn(async move {
@@ -166,10 +169,7 @@ impl CertReloader {
         }
         match load_certified_key(&self.cert, &self.key) {
             Ok(loaded) => {
-                if let Some(sync) = &self.bundle {
-                    // The new CA goes into the bundle, and reaches the API server, before any
-                    // client is shown a leaf from it. Until then the old leaf keeps serving.
-                    sync.generation.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                if let Some(sync) = &mut self.bundle {
                     let ca = match std::fs::read(&sync.ca_file) {
                         Ok(ca) if !crate::ca_bundle::pem_blocks(&ca).is_empty() => ca,
                         _ => {
@@ -177,11 +177,19 @@ impl CertReloader {
                             return;
                         }
                     };
-                    if sync.keeper.include_until_done(&ca).await {
-                        tracing::info!(settle = ?sync.keeper.settle, "new CA added to the caBundle; waiting for the API server to take it");
-                        tokio::time::sleep(sync.keeper.settle).await;
+                    // A renewal under the same CA needs nothing of the bundle. A new CA goes
+                    // into it, and reaches the API server, before any client is shown a leaf
+                    // from it; until then the old leaf keeps serving.
+                    let blocks = crate::ca_bundle::pem_blocks(&ca);
+                    if blocks != sync.served_ca {
+                        sync.generation.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                        if sync.keeper.include_until_done(&ca).await {
+                            tracing::info!(settle = ?sync.keeper.settle, "new CA added to the caBundle; waiting for the API server to take it");
+                            tokio::time::sleep(sync.keeper.settle).await;
+                        }
+                        sync.narrow_later(ca);
+                        sync.served_ca = blocks;
                     }
-                    sync.narrow_later(ca);
                 }
                 record_expiry(&loaded, &self.metrics);
                 self.resolver.current.store(Arc::new(loaded));

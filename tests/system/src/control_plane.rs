@@ -55,7 +55,7 @@ const KCM_READY: [&str; 2] = ["\"Starting namespace controller\"", "\"Proceeding
 
 /// The test binary's control plane, started on first use.
 pub fn shared() -> &'static ControlPlane {
-    SHARED.get_or_init(ControlPlane::start)
+    SHARED.get_or_init(|| ControlPlane::start(false))
 }
 
 /// The repository's root.
@@ -102,7 +102,13 @@ stop"#;
 impl ControlPlane {
     /// A control plane of the caller's own, stopped when dropped (for tests that restart parts).
     pub fn own() -> ControlPlane {
-        ControlPlane::start()
+        ControlPlane::start(false)
+    }
+
+    /// [`ControlPlane::own`] with an audit log of every write, at `dir/audit.log` (JSON lines,
+    /// level Metadata): who wrote what, when.
+    pub fn own_audited() -> ControlPlane {
+        ControlPlane::start(true)
     }
 
     /// Stop `name` (`etcd`, `kube-apiserver`, or a program started later), keep it down for
@@ -196,7 +202,7 @@ impl ControlPlane {
         eprintln!("kube-controller-manager ready {:?} after it started", started.elapsed());
     }
 
-    fn start() -> ControlPlane {
+    fn start(audited: bool) -> ControlPlane {
         let started = Instant::now();
         let out = Command::new(repo().join("tests/control-plane/build.sh"))
             .stderr(Stdio::inherit())
@@ -207,7 +213,7 @@ impl ControlPlane {
         // Ports are picked free and handed over, so another process (a client's ephemeral port,
         // a control plane starting beside this one) may take one first: start again on new ports.
         for attempt in 1.. {
-            let plane = Self::launch(&bin);
+            let plane = Self::launch(&bin, audited);
             match plane.wait_ready(Duration::from_secs(90)) {
                 Ok(()) => {
                     eprintln!("control plane ready in {:?} at {}", started.elapsed(), plane.server);
@@ -223,7 +229,7 @@ impl ControlPlane {
     }
 
     /// etcd and kube-apiserver on free ports, in a directory of their own.
-    fn launch(bin: &Path) -> ControlPlane {
+    fn launch(bin: &Path, audited: bool) -> ControlPlane {
         static STARTED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
         let n = STARTED.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         let dir = std::env::temp_dir().join(format!("edgegate-cp-{}-{n}", std::process::id()));
@@ -244,7 +250,7 @@ impl ControlPlane {
         ];
         let etcd = spawn_guarded(&bin.join("etcd"), &etcd_args, &dir.join("etcd.log"));
         let d = |f: &str| dir.join(f).display().to_string();
-        let apiserver_args: Vec<String> = vec![
+        let mut apiserver_args: Vec<String> = vec![
             format!("--etcd-servers=http://127.0.0.1:{client}"),
             format!("--secure-port={secure}"),
             "--bind-address=127.0.0.1".into(),
@@ -265,6 +271,13 @@ impl ControlPlane {
             format!("--service-account-signing-key-file={}", d("sa.key")),
             "--v=1".into(),
         ];
+        if audited {
+            let policy = "apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [RequestReceived]\nrules:\n\
+                          - level: Metadata\n  verbs: [create, update, patch, delete, deletecollection]\n- level: None\n";
+            std::fs::write(dir.join("audit-policy.yaml"), policy).expect("audit policy");
+            apiserver_args.push(format!("--audit-policy-file={}", d("audit-policy.yaml")));
+            apiserver_args.push(format!("--audit-log-path={}", d("audit.log")));
+        }
         let apiserver = spawn_guarded(&bin.join("kube-apiserver"), &apiserver_args, &dir.join("kube-apiserver.log"));
         let server = format!("https://127.0.0.1:{secure}");
         let kubeconfig = dir.join("admin.kubeconfig");

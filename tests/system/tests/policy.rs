@@ -59,8 +59,12 @@ async fn the_policy_mode_answers_the_decision_table() {
         s.metadata.finalizers = Some(vec!["example.com/propagation".into()]);
         s
     };
-    for s in [slice(SCOPE, "relabelled", true, &["fd20:0:d::9"]), with_finalizer("leaving"), with_finalizer("gaining")]
-    {
+    for s in [
+        slice(SCOPE, "relabelled", true, &["fd20:0:d::9"]),
+        slice(SCOPE, "uncopied", true, &["fd20:0:d::9"]),
+        with_finalizer("leaving"),
+        with_finalizer("gaining"),
+    ] {
         create(&client, "pol-update", &s, false).await.expect("before enforcement");
     }
     set_record(&client, "pol-update", &["fd20:0:d::1"]).await;
@@ -114,6 +118,11 @@ async fn the_policy_mode_answers_the_decision_table() {
     let endpoints = json!({"endpoints": [{"addresses": ["fd20:0:d::9"]}, {"addresses": ["fd20:0:d::8"]}]});
     let r = patch_copy(&client, "pol-update", "relabelled", endpoints.clone()).await;
     assert!(refused(&r), "an UPDATE that adds an unnamed address: {r:?}");
+    // No copy any more (the label goes), with a new address: what is no copy passes.
+    let mut uncopied = endpoints.clone();
+    uncopied["metadata"] = json!({"labels": {edgegate_system_tests::helpers::COPY_LABEL: null}});
+    let r = patch_copy(&client, "pol-update", "uncopied", uncopied).await;
+    assert!(r.is_ok(), "an UPDATE that makes the slice no copy: {r:?}");
     let api: Api<EndpointSlice> = Api::namespaced(client.clone(), "pol-update");
     for name in ["leaving", "gaining"] {
         api.delete(name, &DeleteParams::default()).await.expect("delete: terminating");

@@ -36,8 +36,8 @@ pub struct Ledger {
     pub refusals: Vec<Refusal>,
     /// Writes that failed otherwise (the webhook unreachable: fail closed; the hub down).
     pub failed: u64,
-    /// Copies the cell deleted itself (its pod went), by (hub namespace, name).
-    pub deleted: HashMap<(String, String), Instant>,
+    /// Copies the cell deleted itself (its pod went), by uid.
+    pub deleted: std::collections::HashSet<String>,
 }
 
 pub type SharedLedger = Arc<Mutex<Ledger>>;
@@ -58,6 +58,7 @@ pub async fn run(
     let mut backoff: HashMap<(String, String), Backoff> = HashMap::new();
     while !stop.is_cancelled() {
         let mut present: BTreeMap<(String, String), String> = BTreeMap::new();
+        let mut uids: BTreeMap<(String, String), String> = BTreeMap::new();
         for copy in copies.state() {
             let key =
                 (copy.metadata.namespace.clone().unwrap_or_default(), copy.metadata.name.clone().unwrap_or_default());
@@ -68,6 +69,7 @@ pub async fn run(
                 .and_then(|e| e.addresses.first())
                 .cloned()
                 .unwrap_or_default();
+            uids.insert(key.clone(), copy.metadata.uid.clone().unwrap_or_default());
             present.insert(key, address);
         }
         let mut wanted: BTreeMap<(String, String), String> = BTreeMap::new();
@@ -105,10 +107,16 @@ pub async fn run(
             backoff.insert(key.clone(), Backoff { next: Instant::now() + delay, delay });
         }
         for key in present.keys().filter(|k| !wanted.contains_key(*k)) {
-            // Noted before the call: the watch may tell the checker before the call returns.
-            ledger.lock().expect("ledger").deleted.insert(key.clone(), Instant::now());
+            // Noted before the call, by uid (this copy, not a later one of the same name): the
+            // watch may tell the checker before the call returns. Preconditioned on that uid.
+            let uid = uids.get(key).cloned().unwrap_or_default();
+            ledger.lock().expect("ledger").deleted.insert(uid.clone());
             let api: Api<EndpointSlice> = Api::namespaced(hub.clone(), &key.0);
-            let _ = api.delete(&key.1, &DeleteParams::default()).await;
+            let params = DeleteParams {
+                preconditions: Some(kube::api::Preconditions { uid: Some(uid), resource_version: None }),
+                ..DeleteParams::default()
+            };
+            let _ = api.delete(&key.1, &params).await;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }

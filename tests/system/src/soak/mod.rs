@@ -53,6 +53,27 @@ pub struct Report {
     pub readiness: Vec<(&'static str, Duration)>,
 }
 
+/// From the hub's audit log: for each (identity, verb, resource) written, the most writes that
+/// identity's requests made within one second.
+fn peak_writes_per_second(audit_log: &std::path::Path) -> std::collections::BTreeMap<(String, String, String), usize> {
+    let mut per_second: std::collections::HashMap<(String, String, String, String), usize> = Default::default();
+    for line in std::fs::read_to_string(audit_log).unwrap_or_default().lines() {
+        let Ok(event) = serde_json::from_str::<serde_json::Value>(line) else { continue };
+        let who = event["impersonatedUser"]["username"].as_str().or(event["user"]["username"].as_str());
+        let second = event["requestReceivedTimestamp"].as_str().map(|t| t.chars().take(19).collect::<String>());
+        let (Some(who), Some(second)) = (who, second) else { continue };
+        let (verb, resource) =
+            (event["verb"].as_str().unwrap_or_default(), event["objectRef"]["resource"].as_str().unwrap_or_default());
+        *per_second.entry((who.to_owned(), verb.to_owned(), resource.to_owned(), second)).or_default() += 1;
+    }
+    let mut peaks = std::collections::BTreeMap::new();
+    for ((who, verb, resource, _), n) in per_second {
+        let peak = peaks.entry((who, verb, resource)).or_insert(0);
+        *peak = n.max(*peak);
+    }
+    peaks
+}
+
 fn percentile(mut values: Vec<Duration>, p: f64) -> Duration {
     values.sort();
     values.get(((values.len() as f64 - 1.0) * p).round() as usize).copied().unwrap_or_default()
@@ -89,7 +110,7 @@ pub async fn run(config: Config) -> Report {
     // A deletion exactly `hold` after the address last served is the design; the checker's own
     // view of the project may trail the producer's by its sampling period and a watch delay.
     let checker = Arc::new(checker::new(
-        hold - Duration::from_millis(500),
+        hold - checker::LAG,
         hold + Duration::from_secs(20),
         timeline.clone(),
         Arc::clone(&ledger),
@@ -201,7 +222,16 @@ pub async fn run(config: Config) -> Report {
         findings.record_writes,
         findings.withdrawn_during_cut
     );
+    eprintln!(
+        "soak: deletions racing an address served again (< {:?} after, following a break longer than the window): {}",
+        checker::PROPAGATION,
+        findings.raced
+    );
     eprintln!("soak: readiness after each fault: {readiness:.1?}");
+    let peaks = peak_writes_per_second(&world.hub_cp.dir.join("audit.log"));
+    for ((who, verb, resource), peak) in peaks.iter().filter(|((who, _, _), _)| who.starts_with("edgegate-")) {
+        eprintln!("soak: audit log: {who} {verb} {resource}: at most {peak} in one second");
+    }
     eprintln!("soak: panics {panics}; invariant violations {}", findings.violations.len());
     let mut violations = findings.violations.clone();
     if findings.peak_deletions_per_second > config.deletes_per_second + 1 {

@@ -45,7 +45,7 @@ fn dev_secret() -> Secret {
 
 impl World {
     pub async fn start(config: Config) -> World {
-        let (hub_cp, project_cp) = (Arc::new(ControlPlane::own()), Arc::new(ControlPlane::own()));
+        let (hub_cp, project_cp) = (Arc::new(ControlPlane::own_audited()), Arc::new(ControlPlane::own()));
         hub_cp.start_controller_manager();
         project_cp.start_controller_manager();
         let (hub, project) = (hub_cp.client().await, project_cp.client().await);
@@ -90,7 +90,7 @@ impl World {
         self.webhooks[i] = Some(replica);
     }
 
-    /// A replica gone: the endpoints controller marks its endpoint not ready, then it is stopped.
+    /// A replica killed; then, as the endpoints controller would notice, its endpoint not ready.
     pub async fn kill_webhook(&mut self, i: usize) {
         if let Some(replica) = self.webhooks[i].take() {
             signal("KILL", replica.pid());
@@ -109,14 +109,16 @@ impl World {
             "--resync=20s".to_owned(),
         ];
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        self.pruners[i] = Some(start_pruner(&self.hub_cp, SCOPE, &self.hub_cp.kubeconfig, &args));
+        let identity = self.hub_cp.impersonating(&format!("edgegate-pruner-{i}"), &["system:masters"]);
+        self.pruners[i] = Some(start_pruner(&self.hub_cp, SCOPE, &identity, &args));
     }
 
     pub fn start_producer(&mut self) {
         let port = free_port();
         let log = self.hub_cp.dir.join(format!("producer-{port}.log"));
+        let identity = self.hub_cp.impersonating("edgegate-producer", &["system:masters"]);
         let args = vec![
-            format!("--kubeconfig={}", self.hub_cp.kubeconfig.display()),
+            format!("--kubeconfig={}", identity.display()),
             format!("--project-kubeconfig={}", self.project_cp.kubeconfig.display()),
             "--project-name=soak".to_owned(),
             format!("--listen=127.0.0.1:{port}"),
