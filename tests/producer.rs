@@ -118,6 +118,7 @@ fn start(
         leader,
         metrics: Arc::new(Metrics::new()),
         recorder,
+        current: Arc::default(),
     };
     Harness { producer, project_log, hub_log, _triggers: triggers }
 }

@@ -4,6 +4,7 @@
 //! leave the record only once it has lacked them for `--withdraw-after`.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
@@ -91,6 +92,9 @@ pub struct Producer {
     pub leader: Leadership,
     pub metrics: Arc<Metrics>,
     pub recorder: Recorder,
+    /// Whether the last pass over everything (or a whole project) found the view whole and wrote
+    /// it all: part of the word given on the Lease (`run::word`).
+    pub current: Arc<AtomicBool>,
 }
 
 impl Producer {
@@ -339,6 +343,9 @@ impl Producer {
     /// Write what `triggers` ask for, each namespace once.
     pub async fn pass(&self, triggers: &[Trigger]) -> Vec<Written> {
         self.set_state();
+        if !(self.leader.is_leader() && crate::run::whole(&self.view, &self.projects)) {
+            self.current.store(false, Ordering::Release);
+        }
         if triggers.contains(&Trigger::Hub(Change::All)) {
             // Withdrawals held for hub namespaces no engaged project has any more (a project
             // namespace deleted, a project disengaged) are over: nothing will look at them again.
@@ -362,6 +369,16 @@ impl Producer {
                 }
                 outcomes.push(written);
             }
+        }
+        // A pass over a whole view, every write of it done, makes the records current again.
+        let over_all =
+            triggers.iter().any(|t| matches!(t, Trigger::Hub(Change::All) | Trigger::Project(_, Change::All)));
+        if over_all
+            && self.leader.is_leader()
+            && crate::run::whole(&self.view, &self.projects)
+            && !outcomes.iter().any(|w| matches!(w, Written::Error | Written::Skipped))
+        {
+            self.current.store(true, Ordering::Release);
         }
         outcomes
     }

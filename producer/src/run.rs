@@ -3,6 +3,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use edgegate::EdgeReachability;
@@ -15,7 +16,7 @@ use edgegate::index::project::{KindWriter, ProjectIndex};
 use edgegate::index::source::follow::{WatchSink, Whole, follow};
 use edgegate::runtime::admin::Probes;
 use edgegate::runtime::controller::Controller;
-use edgegate::runtime::lease::Leadership;
+use edgegate::runtime::lease::{Leadership, Word};
 use kube::runtime::watcher;
 use kube::{Api, Client};
 use serde::de::DeserializeOwned;
@@ -27,12 +28,15 @@ use crate::metrics::Metrics;
 use crate::producer::{Producer, Projects, Trigger};
 
 pub async fn run(args: Args) -> anyhow::Result<()> {
-    let controller = Controller::start(&args.hub, &args.lease.config(&args.lease_name, "edgegate-producer")).await?;
-    let hub = controller.hub.clone();
     let (triggers_tx, triggers) = mpsc::unbounded_channel();
     let view = Arc::new(HubView::new(args.record_name.clone()));
-    start_hub_watches(&hub, &view, &triggers_tx);
     let engaged = Engaged::new(triggers_tx.clone());
+    let current = Arc::new(AtomicBool::new(false));
+    let mut lease = args.lease.config(&args.lease_name, "edgegate-producer");
+    lease.word = Some(word(Arc::clone(&view), Arc::clone(&engaged.projects), Arc::clone(&current)));
+    let controller = Controller::start(&args.hub, &lease).await?;
+    let hub = controller.hub.clone();
+    start_hub_watches(&hub, &view, &triggers_tx);
     match (&args.project_kubeconfig, &args.projects_dir) {
         (Some(file), _) => {
             let name = args.project_name.clone().unwrap_or_else(|| stem(file));
@@ -57,6 +61,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         leader: controller.leader.clone(),
         metrics: Arc::clone(&metrics),
         recorder,
+        current,
     };
     let admin = Admin { view, engaged: engaged.clone(), metrics, leader: controller.leader.clone() };
     controller.serve_admin(args.listen, Arc::new(admin)).await?;
@@ -64,6 +69,26 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     producer.run(triggers, args.resync, controller.shutdown.clone()).await;
     controller.stopped().await;
     Ok(())
+}
+
+/// The word the producer gives on its Lease: its records are current while it sees the hub and
+/// every engaged project whole and has passed over them since (`current`, set by its passes).
+/// Anything seen unsynced takes the word back until the next such pass.
+fn word(view: Arc<HubView>, projects: Projects, current: Arc<AtomicBool>) -> Word {
+    Word(Arc::new(move || {
+        if whole(&view, &projects) {
+            current.load(Ordering::Acquire)
+        } else {
+            current.store(false, Ordering::Release);
+            false
+        }
+    }))
+}
+
+/// The hub and at least one project engaged, each synced.
+pub fn whole(view: &HubView, projects: &Projects) -> bool {
+    let projects = projects.read().unwrap_or_else(std::sync::PoisonError::into_inner);
+    view.synced() && !projects.is_empty() && projects.values().all(|p| p.synced())
 }
 
 fn stem(path: &Path) -> String {

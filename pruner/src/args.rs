@@ -54,6 +54,14 @@ pub struct Args {
     #[arg(long, env = "EDGEGATE_EXACT_SPELLING")]
     pub exact_spelling: bool,
 
+    /// The producer's Lease (in --lease-namespace): a copy that falls due is deleted only once the
+    /// producer holding it has said, after the copy fell due, that the records it writes are
+    /// current (running, seeing the hub and every project whole). Until then the copy waits: a
+    /// record cannot name an address served again while its producer is down or cut off. Set by
+    /// deploy/components/producer; needs the producer's leader election and a non-zero --grace.
+    #[arg(long, env = "EDGEGATE_PRODUCER_LEASE")]
+    pub producer_lease: Option<String>,
+
     /// Name of the coordination.k8s.io/v1 Lease that elects the one replica that deletes.
     #[arg(long, env = "EDGEGATE_LEASE_NAME", default_value = "edgegate-pruner")]
     pub lease_name: String,

@@ -6,3 +6,4 @@ pub mod metrics;
 pub mod pruner;
 pub mod run;
 pub mod spelling;
+pub mod word;

@@ -23,6 +23,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::metrics::Metrics;
+use crate::word::ProducerWord;
 
 /// Deletions (each a DELETE and its Event) a pass has in flight at once.
 const IN_FLIGHT: usize = 8;
@@ -113,6 +114,8 @@ pub struct Pruner {
     pub grace: Grace,
     /// Where a namespace is sent to be passed over again, once a held copy becomes due.
     pub again: Option<mpsc::UnboundedSender<Change>>,
+    /// With `--producer-lease`: a copy due is deleted only once the producer's word is given since.
+    pub word: Option<Arc<ProducerWord>>,
     /// Whether this replica may delete now.
     pub leader: Leadership,
     pub metrics: Arc<Metrics>,
@@ -235,8 +238,20 @@ impl Pruner {
         // The record may have named the copy again, and dropped it again, while this deletion
         // waited its turn: the watch then ended its run.
         let key = (planned.namespace.clone(), planned.name.clone(), planned.uid.clone());
-        if !lock(&self.grace).is_due(&key, Instant::now()) {
-            tracing::info!(namespace = %planned.namespace, name = %planned.name, "record named the copy again meanwhile; kept");
+        let due_at = {
+            let grace = lock(&self.grace);
+            if !grace.is_due(&key, Instant::now()) {
+                tracing::info!(namespace = %planned.namespace, name = %planned.name, "record named the copy again meanwhile; kept");
+                return None;
+            }
+            grace.due_at(&key)
+        };
+        if let Some(word) = &self.word
+            && !due_at.is_some_and(|due| word.given_since(due))
+        {
+            if word.wait(&planned.namespace) {
+                tracing::info!(namespace = %planned.namespace, name = %planned.name, "due; waiting for the producer to say its records are current");
+            }
             return None;
         }
         let current = self.copies.get(&planned.namespace, &planned.name)?;

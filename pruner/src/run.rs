@@ -17,8 +17,13 @@ use tokio::sync::mpsc;
 use crate::args::Args;
 use crate::metrics::Metrics;
 use crate::pruner::{Grace, Pacer, Pruner, named_again};
+use crate::word::ProducerWord;
 
 pub async fn run(args: Args) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        args.producer_lease.is_none() || !args.grace.is_zero(),
+        "--producer-lease needs a non-zero --grace: the producer's word is asked for after a copy falls due"
+    );
     let controller = Controller::start(&args.hub, &args.lease.config(&args.lease_name, "edgegate-pruner")).await?;
     let (changes_tx, changes) = mpsc::unbounded_channel();
     let records = Arc::new(RecordStore::new(args.record_name.clone()));
@@ -42,6 +47,12 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         leader: controller.leader.clone(),
     };
     controller.serve_admin(args.listen, Arc::new(admin)).await?;
+    let word = args.producer_lease.as_ref().map(|name| {
+        let word = Arc::new(ProducerWord::new(changes_tx.clone()));
+        let (client, namespace) = (controller.hub.clone(), args.lease.lease_namespace.clone());
+        tokio::spawn(crate::word::follow(Arc::clone(&word), client, namespace, name.clone()));
+        word
+    });
     let pruner = Pruner {
         client: controller.hub.clone(),
         records,
@@ -51,6 +62,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         pacer: Pacer::per_second(args.max_deletes_per_second),
         grace,
         again: Some(changes_tx),
+        word,
         leader: controller.leader.clone(),
         metrics,
         recorder: controller.recorder("edgegate-pruner"),
@@ -60,6 +72,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         max_deletes_per_second = args.max_deletes_per_second,
         dry_run = args.dry_run,
         exact_spelling = args.exact_spelling,
+        producer_lease = args.producer_lease.as_deref(),
         selector = %pruner.selector,
         "pruning"
     );

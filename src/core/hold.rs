@@ -76,6 +76,12 @@ impl<K: Hash + Eq + Clone> Hold<K> {
             || self.since.get(key).is_some_and(|since| now.saturating_duration_since(*since) >= self.after)
     }
 
+    /// When `key`'s current run falls (or fell) due; `None` when it is not held (or with a zero
+    /// `after`, where nothing is held).
+    pub fn due_at(&self, key: &K) -> Option<Instant> {
+        self.since.get(key).map(|since| *since + self.after)
+    }
+
     /// End the runs of the keys `ended` says are no longer so (seen between observations), and
     /// keep the others.
     pub fn end(&mut self, mut ended: impl FnMut(&K) -> bool) {
@@ -111,6 +117,8 @@ mod tests {
         assert_eq!(first, Observed { due: vec![], held: vec!["a"], started: vec![("a", at(t0, 10))] });
         assert_eq!(hold.observe(at(t0, 9), ["a"], all).held, ["a"]);
         assert_eq!(hold.observe(at(t0, 10), ["a"], all).due, ["a"]);
+        assert_eq!(hold.due_at(&"a"), Some(at(t0, 10)));
+        assert_eq!(hold.due_at(&"b"), None);
     }
 
     #[test]

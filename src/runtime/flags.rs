@@ -78,6 +78,7 @@ impl LeaseArgs {
             identity,
             duration: self.lease_duration,
             disabled: self.no_leader_election,
+            word: None,
         }
     }
 }

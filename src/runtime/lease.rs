@@ -18,6 +18,21 @@ use kube::api::PostParams;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
+/// The annotation each write of the Lease carries when its holder gives a [`Word`]: `"true"` while
+/// what the holder writes is current, `"false"` otherwise.
+pub const CURRENT_ANNOTATION: &str = "edgegate.datumapis.com/records-current";
+
+/// Asked at each write of the Lease: is what this holder writes current now? Another controller
+/// that acts on those writes (the pruner on the producer's records) watches the Lease for it.
+#[derive(Clone)]
+pub struct Word(pub Arc<dyn Fn() -> bool + Send + Sync>);
+
+impl std::fmt::Debug for Word {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Word")
+    }
+}
+
 /// Which Lease, and who this replica is.
 #[derive(Clone, Debug)]
 pub struct LeaseConfig {
@@ -27,6 +42,8 @@ pub struct LeaseConfig {
     pub duration: Duration,
     /// No election: this replica always leads (run exactly one).
     pub disabled: bool,
+    /// Given on every write of the Lease as [`CURRENT_ANNOTATION`].
+    pub word: Option<Word>,
 }
 
 impl LeaseConfig {
@@ -167,10 +184,11 @@ impl Elector {
     /// One round: create the Lease, renew it, take it over once released or expired, or follow.
     async fn try_acquire_or_renew(&mut self, sent: Instant) -> Result<(), kube::Error> {
         let Some(mut lease) = self.api.get_opt(&self.config.name).await? else {
-            let lease = Lease {
+            let mut lease = Lease {
                 metadata: ObjectMeta { name: Some(self.config.name.clone()), ..ObjectMeta::default() },
                 spec: Some(self.spec(now(), 0)),
             };
+            self.give_word(&mut lease);
             return self.write(sent, self.api.create(&PostParams::default(), &lease).await);
         };
         let spec = lease.spec.clone().unwrap_or_default();
@@ -180,6 +198,7 @@ impl Elector {
             renewed.renew_time = Some(now());
             renewed.lease_duration_seconds = Some(self.duration_seconds());
             lease.spec = Some(renewed);
+            self.give_word(&mut lease);
             return self.write(sent, self.api.replace(&self.config.name, &PostParams::default(), &lease).await);
         }
         if holder.is_some() && !self.expired(&lease, &spec) {
@@ -188,6 +207,7 @@ impl Elector {
         }
         let transitions = spec.lease_transitions.unwrap_or(0) + 1;
         lease.spec = Some(self.spec(now(), transitions));
+        self.give_word(&mut lease);
         tracing::info!(lease = %self.config.name, previous = ?holder, "taking over the lease");
         self.write(sent, self.api.replace(&self.config.name, &PostParams::default(), &lease).await)
     }
@@ -244,6 +264,14 @@ impl Elector {
         match self.api.replace(&self.config.name, &PostParams::default(), &lease).await {
             Ok(_) => tracing::info!(lease = %self.config.name, "released the lease"),
             Err(error) => tracing::warn!(lease = %self.config.name, %error, "could not release the lease; it expires"),
+        }
+    }
+
+    /// The holder's word, as it stands at this write.
+    fn give_word(&self, lease: &mut Lease) {
+        if let Some(Word(current)) = &self.config.word {
+            let value = if current() { "true" } else { "false" };
+            lease.metadata.annotations.get_or_insert_default().insert(CURRENT_ANNOTATION.to_owned(), value.to_owned());
         }
     }
 

@@ -551,3 +551,98 @@ async fn a_record_edited_by_hand_is_put_right_at_once() {
     .await;
     eprintln!("a record edited by hand: put right after {took:?}");
 }
+
+/// An address served again while the producer is down: its record cannot name it until a
+/// producer is back, and the pruner, whose grace for the copy runs out meanwhile, must not take
+/// the record's silence for a withdrawal. With `--producer-lease` (set by
+/// deploy/components/producer), a deletion waits for the producer's word given after the copy
+/// fell due; once the producer is back the record names the address again and the copy stays.
+/// A withdrawal while the producer is up still completes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_copy_served_again_while_the_producer_is_down_is_kept() {
+    const DOWN: &str = "producer-down";
+    let grace = Duration::from_secs(4);
+    let hub_cp = shared();
+    let (project_cp, hub, project) = project_beside(hub_cp).await;
+    let hub_ns = served_namespace(&project, &hub, "down-a", "fd20:0:d0::1").await;
+    let lease_ns = format!("lease-{DOWN}");
+    namespace(&hub, &lease_ns, &[]).await;
+    // Elected (its Lease is where it gives its word), restarted under the same identity.
+    let start = || {
+        let port = free_port();
+        let log = hub_cp.dir.join(format!("producer-{port}.log"));
+        let args = vec![
+            format!("--kubeconfig={}", hub_cp.kubeconfig.display()),
+            format!("--project-kubeconfig={}", project_cp.kubeconfig.display()),
+            "--project-name=e2e".to_owned(),
+            format!("--listen=127.0.0.1:{port}"),
+            "--withdraw-after=0".to_owned(),
+            "--resync=60s".to_owned(),
+            format!("--lease-namespace={lease_ns}"),
+            "--identity=producer-0".to_owned(),
+            "--lease-duration=4s".to_owned(),
+        ];
+        Process { child: spawn_guarded(&binary("edgegate-producer"), &args, &log), port, log }
+    };
+    let producer = start();
+    let pruner = start_pruner(
+        hub_cp,
+        DOWN,
+        &hub_cp.kubeconfig,
+        &[
+            "--no-leader-election",
+            &format!("--grace={}s", grace.as_secs()),
+            &format!("--lease-namespace={lease_ns}"),
+            "--producer-lease=edgegate-producer",
+        ],
+    );
+    let served = vec!["fd20:0:d0::1".to_owned()];
+    eventually(Duration::from_secs(30), "record written", async || {
+        record(&hub, &hub_ns).await.as_ref() == Some(&served)
+    })
+    .await;
+    create(&hub, &hub_ns, &slice(DOWN, "vm-1", true, &["fd20:0:d0::1"]), false).await.expect("copy");
+    let port = pruner.port;
+    eventually(Duration::from_secs(30), "pruner ready", async || {
+        http_status(&format!("http://127.0.0.1:{port}/readyz"), None) == 200
+    })
+    .await;
+
+    // Nothing serves the address: the record drops it, and the copy's grace starts.
+    remove(&project, "down-a", "HTTPProxy", "web").await;
+    eventually(Duration::from_secs(10), "address withdrawn", async || {
+        record(&hub, &hub_ns).await.is_some_and(|r| r.is_empty())
+    })
+    .await;
+    // The producer dies; the address is served again while nobody can tell the hub.
+    let killed = std::process::Command::new("kill").args(["-KILL", &pid_of(&producer).to_string()]).status();
+    assert!(killed.is_ok_and(|s| s.success()), "kill -9 the producer");
+    proxy(&project, "down-a", "web", json!([{"networkService": {"name": "web"}}])).await;
+    let served_again = Instant::now();
+    tokio::time::sleep(grace + Duration::from_secs(4)).await;
+    assert!(
+        exists(&hub, &hub_ns, "vm-1").await,
+        "copy of an address served again deleted while the producer was down (pruner log: {})",
+        pruner.log.display()
+    );
+    eprintln!("copy kept {:?} after its address was served again, producer down", served_again.elapsed());
+
+    // The producer back: the record names the address again, and the copy stays.
+    let producer = start();
+    let took = eventually(Duration::from_secs(30), "record names it again", async || {
+        record(&hub, &hub_ns).await.as_ref() == Some(&served)
+    })
+    .await;
+    eprintln!("producer restarted: record names the address again after {took:?}");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(exists(&hub, &hub_ns, "vm-1").await, "copy deleted after the producer came back");
+
+    // A withdrawal with the producer up completes, its word given after the grace.
+    let started = Instant::now();
+    remove(&project, "down-a", "HTTPProxy", "web").await;
+    eventually(Duration::from_secs(30), "copy collected", async || !exists(&hub, &hub_ns, "vm-1").await).await;
+    let took = started.elapsed();
+    eprintln!("withdrawal with the producer up: proxy deleted → copy gone {took:?} (grace {grace:?})");
+    assert!(took >= grace, "the grace held: {took:?}");
+    drop(producer);
+}

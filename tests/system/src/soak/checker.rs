@@ -61,9 +61,6 @@ pub struct Findings {
     /// Copies deleted less than [`PROPAGATION`] after their address was served again, following
     /// a break longer than the window: a race with news that cannot have reached the pruner.
     pub raced: usize,
-    /// Copies deleted although their address was served again, while the producer was down or
-    /// cut off from the project (so the record could not name it): the known gap.
-    pub unseen: Vec<String>,
 }
 
 /// What the checker knows of each (hub namespace, address).
@@ -207,23 +204,6 @@ impl Checker {
         if just_served {
             drop(truth);
             self.findings.lock().expect("findings").raced += 1;
-            return;
-        }
-        // Served again while the producer was down or cut off from the project: the record cannot
-        // name it until the producer is back, and a withdrawal already under way completes. A
-        // known gap (docs/reliability.md), reported apart, each with its timeline.
-        let since = truth.served_since.get(&addr_key).copied();
-        if let Some(since) = since.filter(|s| self.timeline.producer_blind(*s)) {
-            drop(truth);
-            let what = format!(
-                "copy {}/{} ({}) deleted {:.1?} after its address was served again, while the producer could not see it",
-                k.0,
-                k.1,
-                addr_key.1,
-                at.saturating_duration_since(since)
-            );
-            eprintln!("soak: UNSEEN at {:.1?}: {what}", self.started.elapsed());
-            self.findings.lock().expect("findings").unseen.push(what);
             return;
         }
         if let Some(last) = truth.last_served.get(&addr_key).filter(|t| at.duration_since(**t) < self.window) {

@@ -50,12 +50,6 @@ impl Timeline {
         let windows = self.0.lock().expect("timeline");
         windows.iter().find(|(k, s, e)| *k == kind && *s <= at && e.is_none_or(|e| at <= e)).map(|(_, s, _)| *s)
     }
-    /// Was the producer down or cut off from the project at `at` (a fault or its recovery)?
-    pub fn producer_blind(&self, at: Instant) -> bool {
-        self.0.lock().expect("timeline").iter().any(|(k, s, e)| {
-            ["producer-kill", "project-unreachable"].contains(k) && *s <= at && e.is_none_or(|e| at <= e + RECOVERY)
-        })
-    }
     /// No fault (nor its recovery) overlaps [from, to].
     pub fn quiet(&self, from: Instant, to: Instant) -> bool {
         self.0.lock().expect("timeline").iter().all(|(_, s, e)| *s > to || e.is_some_and(|e| e + RECOVERY < from))

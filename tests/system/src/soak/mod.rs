@@ -227,10 +227,6 @@ pub async fn run(config: Config) -> Report {
         checker::PROPAGATION,
         findings.raced
     );
-    eprintln!(
-        "soak: copies deleted although served again while the producer could not see it (the known gap): {}",
-        findings.unseen.len()
-    );
     eprintln!("soak: readiness after each fault: {readiness:.1?}");
     let peaks = peak_writes_per_second(&world.hub_cp.dir.join("audit.log"));
     for ((who, verb, resource), peak) in peaks.iter().filter(|((who, _, _), _)| who.starts_with("edgegate-")) {

@@ -107,6 +107,7 @@ impl World {
             "--lease-duration=4s".to_owned(),
             format!("--max-deletes-per-second={}", c.deletes_per_second),
             "--resync=20s".to_owned(),
+            "--producer-lease=edgegate-producer".to_owned(),
         ];
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
         let identity = self.hub_cp.impersonating(&format!("edgegate-pruner-{i}"), &["system:masters"]);
