@@ -4,7 +4,6 @@
 //! leave the record only once it has lacked them for `--withdraw-after`.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
@@ -23,6 +22,10 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::metrics::Metrics;
+use crate::run::lock;
+
+/// How soon a pass over everything follows one in which a write failed.
+const RETRY_AFTER_ERROR: Duration = Duration::from_secs(2);
 
 /// The field manager of every write.
 pub const FIELD_MANAGER: &str = "edgegate-producer";
@@ -92,9 +95,9 @@ pub struct Producer {
     pub leader: Leadership,
     pub metrics: Arc<Metrics>,
     pub recorder: Recorder,
-    /// Whether the last pass over everything (or a whole project) found the view whole and wrote
-    /// it all: part of the word given on the Lease (`run::word`).
-    pub current: Arc<AtomicBool>,
+    /// The marks of the last pass over everything that found the view whole and wrote all of it:
+    /// the word given on the Lease (`run::word`).
+    pub current: crate::run::Current,
 }
 
 impl Producer {
@@ -343,8 +346,9 @@ impl Producer {
     /// Write what `triggers` ask for, each namespace once.
     pub async fn pass(&self, triggers: &[Trigger]) -> Vec<Written> {
         self.set_state();
+        let marks = crate::run::marks(&self.view, &self.projects);
         if !(self.leader.is_leader() && crate::run::whole(&self.view, &self.projects)) {
-            self.current.store(false, Ordering::Release);
+            *lock(&self.current) = None;
         }
         if triggers.contains(&Trigger::Hub(Change::All)) {
             // Withdrawals held for hub namespaces no engaged project has any more (a project
@@ -370,15 +374,24 @@ impl Producer {
                 outcomes.push(written);
             }
         }
-        // A pass over a whole view, every write of it done, makes the records current again.
-        let over_all =
-            triggers.iter().any(|t| matches!(t, Trigger::Hub(Change::All) | Trigger::Project(_, Change::All)));
-        if over_all
+        // A pass over everything, the view whole and unchanged throughout and every write done,
+        // makes the records current; a failed write makes them not, until a pass (asked for
+        // here, shortly) writes it.
+        if outcomes.iter().any(|w| matches!(w, Written::Error)) {
+            *lock(&self.current) = None;
+            if let Some(again) = self.again.clone() {
+                tokio::spawn(async move {
+                    tokio::time::sleep(RETRY_AFTER_ERROR).await;
+                    let _ = again.send(Trigger::Hub(Change::All));
+                });
+            }
+        } else if triggers.contains(&Trigger::Hub(Change::All))
             && self.leader.is_leader()
             && crate::run::whole(&self.view, &self.projects)
-            && !outcomes.iter().any(|w| matches!(w, Written::Error | Written::Skipped))
+            && crate::run::marks(&self.view, &self.projects) == marks
+            && !outcomes.contains(&Written::Skipped)
         {
-            self.current.store(true, Ordering::Release);
+            *lock(&self.current) = Some(marks);
         }
         outcomes
     }

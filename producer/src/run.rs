@@ -3,7 +3,6 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use edgegate::EdgeReachability;
@@ -31,9 +30,10 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let (triggers_tx, triggers) = mpsc::unbounded_channel();
     let view = Arc::new(HubView::new(args.record_name.clone()));
     let engaged = Engaged::new(triggers_tx.clone());
-    let current = Arc::new(AtomicBool::new(false));
+    let current = Current::default();
     let mut lease = args.lease.config(&args.lease_name, "edgegate-producer");
-    lease.word = Some(word(Arc::clone(&view), Arc::clone(&engaged.projects), Arc::clone(&current)));
+    lease.word =
+        Some(word(Arc::clone(&view), Arc::clone(&engaged.projects), Arc::clone(&current), triggers_tx.clone()));
     let controller = Controller::start(&args.hub, &lease).await?;
     let hub = controller.hub.clone();
     start_hub_watches(&hub, &view, &triggers_tx);
@@ -72,23 +72,54 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
 }
 
 /// The word the producer gives on its Lease: its records are current while it sees the hub and
-/// every engaged project whole and has passed over them since (`current`, set by its passes).
-/// Anything seen unsynced takes the word back until the next such pass.
-fn word(view: Arc<HubView>, projects: Projects, current: Arc<AtomicBool>) -> Word {
+/// every engaged project whole, and has written a pass over all of them since it last saw any of
+/// them otherwise (`current` holds the [`Marks`] of that pass). A view whose marks moved on (a
+/// watch failed and listed again between two renewals, a project engaged) asks for such a pass.
+fn word(view: Arc<HubView>, projects: Projects, current: Current, again: mpsc::UnboundedSender<Trigger>) -> Word {
+    let asked = Mutex::new(None);
     Word(Arc::new(move || {
-        if whole(&view, &projects) {
-            current.load(Ordering::Acquire)
-        } else {
-            current.store(false, Ordering::Release);
-            false
+        if !whole(&view, &projects) {
+            return false;
         }
+        let now = marks(&view, &projects);
+        if lock(&current).as_ref() == Some(&now) {
+            return true;
+        }
+        let mut asked = lock(&asked);
+        if asked.as_ref() != Some(&now) {
+            let _ = again.send(Trigger::Hub(Change::All));
+            *asked = Some(now);
+        }
+        false
     }))
+}
+
+/// Which view the producer has: the hub's and each engaged project's count of watch failures.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Marks {
+    hub: u64,
+    projects: Vec<(String, usize, u64)>,
+}
+
+/// The marks of the last pass over everything that found the view whole and wrote all of it.
+pub type Current = Arc<Mutex<Option<Marks>>>;
+
+pub fn marks(view: &HubView, projects: &Projects) -> Marks {
+    let projects = projects.read().unwrap_or_else(std::sync::PoisonError::into_inner);
+    Marks {
+        hub: view.unsyncs(),
+        projects: projects.iter().map(|(n, p)| (n.clone(), Arc::as_ptr(p) as usize, p.unsyncs())).collect(),
+    }
 }
 
 /// The hub and at least one project engaged, each synced.
 pub fn whole(view: &HubView, projects: &Projects) -> bool {
     let projects = projects.read().unwrap_or_else(std::sync::PoisonError::into_inner);
     view.synced() && !projects.is_empty() && projects.values().all(|p| p.synced())
+}
+
+pub fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 fn stem(path: &Path) -> String {

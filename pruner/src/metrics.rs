@@ -20,6 +20,7 @@ pub struct Metrics {
     leader: Gauge,
     synced: Gauge,
     copies: Gauge,
+    waiting_for_producer: Gauge,
     /// Registered only with `--exact-spelling`.
     noncanonical: Option<Family<SpellingLabels, Gauge>>,
 }
@@ -50,12 +51,17 @@ impl Metrics {
         let synced =
             registered(&mut registry, "prune_caches_synced", "1 while both the record and the copy caches are whole");
         let copies = registered(&mut registry, "prune_copies", "Copies in the cache");
+        let waiting_for_producer = registered(
+            &mut registry,
+            "prune_waiting_for_producer_seconds",
+            "How long the longest-waiting due deletion has waited for the producer's word (--producer-lease); 0 when none waits",
+        );
         // Every result from the start, at 0: an alert on rate() or increase() sees the first one.
         let results = crate::pruner::Outcome::ALL.map(crate::pruner::Outcome::label);
         for result in results.into_iter().chain([TERMINATING]) {
             let _ = deletions.get_or_create(&ResultLabels { result });
         }
-        Metrics { registry, deletions, pass_duration, leader, synced, copies, noncanonical: None }
+        Metrics { registry, deletions, pass_duration, leader, synced, copies, waiting_for_producer, noncanonical: None }
     }
 
     /// With `edgegate_prune_noncanonical_addresses{in}`, for `--exact-spelling`. It is not
@@ -91,6 +97,10 @@ impl Metrics {
 
     pub fn pass(&self, took: Duration) {
         self.pass_duration.observe(took.as_secs_f64());
+    }
+
+    pub fn set_waiting_for_producer(&self, waited: Duration) {
+        self.waiting_for_producer.set(i64::try_from(waited.as_secs()).unwrap_or(i64::MAX));
     }
 
     pub fn set_state(&self, leader: bool, synced: bool, copies: usize) {

@@ -247,7 +247,7 @@ impl Pruner {
             grace.due_at(&key)
         };
         if let Some(word) = &self.word
-            && !due_at.is_some_and(|due| word.given_since(due))
+            && !due_at.is_some_and(|due| word.given_since(due, Instant::now()))
         {
             if word.wait(&planned.namespace) {
                 tracing::info!(namespace = %planned.namespace, name = %planned.name, "due; waiting for the producer to say its records are current");

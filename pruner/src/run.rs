@@ -40,19 +40,18 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         let (records, copies, metrics) = (Arc::clone(&records), Arc::clone(&copies), Arc::clone(&metrics));
         tokio::spawn(crate::spelling::watch(records, copies, metrics, controller.shutdown.clone()));
     }
+    let word = args.producer_lease.as_ref().map(|name| {
+        let lease = Api::namespaced(controller.hub.clone(), &args.lease.lease_namespace);
+        Arc::new(ProducerWord::new(lease, name.clone(), changes_tx.clone()))
+    });
     let admin = Admin {
         records: Arc::clone(&records),
         copies: Arc::clone(&copies),
         metrics: Arc::clone(&metrics),
         leader: controller.leader.clone(),
+        word: word.clone(),
     };
     controller.serve_admin(args.listen, Arc::new(admin)).await?;
-    let word = args.producer_lease.as_ref().map(|name| {
-        let word = Arc::new(ProducerWord::new(changes_tx.clone()));
-        let (client, namespace) = (controller.hub.clone(), args.lease.lease_namespace.clone());
-        tokio::spawn(crate::word::follow(Arc::clone(&word), client, namespace, name.clone()));
-        word
-    });
     let pruner = Pruner {
         client: controller.hub.clone(),
         records,
@@ -112,6 +111,7 @@ struct Admin {
     copies: Arc<CopyIndex>,
     metrics: Arc<Metrics>,
     leader: Leadership,
+    word: Option<Arc<ProducerWord>>,
 }
 
 impl Probes for Admin {
@@ -122,6 +122,7 @@ impl Probes for Admin {
     fn metrics(&self) -> String {
         let synced = self.records.synced() && self.copies.synced();
         self.metrics.set_state(self.leader.is_leader(), synced, self.copies.len());
+        self.metrics.set_waiting_for_producer(self.word.as_ref().map(|w| w.longest_wait()).unwrap_or_default());
         self.metrics.encode()
     }
 }

@@ -1,158 +1,159 @@
-//! The producer's word (`--producer-lease`): the producer's Lease carries, on each renewal, whether
-//! the records it writes are current (it sees the hub and every project whole, and has written
-//! what it saw). A record's silence about an address is a withdrawal only while that holds: a
-//! producer that is down, restarting or cut off from its project cannot add an address served
-//! again. So a copy that falls due is deleted only once the word has been given *after* it fell
-//! due; until then it waits, and its namespace is passed over again at the next word.
+//! The producer's word (`--producer-lease`): each write of the producer's Lease says whether the
+//! records it writes are current (see `edgegate::runtime::lease::word_given`). A record's silence
+//! about an address is a withdrawal only while that holds: a producer that is down, restarting or
+//! cut off from its project cannot add an address served again. So a copy that falls due is
+//! deleted only once the Lease has been *written* with the word after the copy fell due, and
+//! still carries it.
+//!
+//! Told only by quorum reads of the Lease, made while a deletion waits: a read after the copy fell
+//! due, and a later read of another version that carries the word, mean the producer wrote it in
+//! between. No watch event's arrival time is taken for when a write happened.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use edgegate::index::Change;
-use edgegate::runtime::lease::CURRENT_ANNOTATION;
-use futures::StreamExt;
+use edgegate::runtime::lease::word_given;
 use k8s_openapi::api::coordination::v1::Lease;
-use kube::runtime::WatchStreamExt;
-use kube::runtime::watcher::{self, Event};
-use kube::{Api, Client};
+use kube::Api;
 use tokio::sync::mpsc;
+
+/// How often the Lease is read while a deletion waits (the producer renews every fifth of its
+/// lease duration, 3 s by default).
+pub const POLL: Duration = Duration::from_secs(1);
+
+/// The latest read must be this recent for its word to count.
+const FRESH: Duration = Duration::from_secs(3);
+
+/// The reads kept (at one a second, the last minute).
+const KEPT: usize = 64;
 
 #[derive(Debug, Default)]
 struct State {
-    /// The Lease's resourceVersion as last seen, and when.
-    seen: Option<(String, Instant)>,
-    /// The latest moment the word is known to have been given at or after.
-    given: Option<Instant>,
-    /// Namespaces with a deletion waiting for the word.
-    waiting: BTreeSet<String>,
+    /// Reads of the Lease: when, its resourceVersion, whether it carried the word.
+    reads: VecDeque<(Instant, String, bool)>,
+    /// Namespaces with a deletion waiting for the word, and since when.
+    waiting: BTreeMap<String, Instant>,
+    polling: bool,
 }
 
 /// What the pruner knows of the producer's word.
-#[derive(Debug, Default)]
 pub struct ProducerWord {
+    lease: Api<Lease>,
+    name: String,
     state: Mutex<State>,
     /// Where a waiting namespace is sent to be passed over again.
-    again: Option<mpsc::UnboundedSender<Change>>,
+    again: mpsc::UnboundedSender<Change>,
 }
 
 impl ProducerWord {
-    pub fn new(again: mpsc::UnboundedSender<Change>) -> Self {
-        ProducerWord { state: Mutex::default(), again: Some(again) }
+    pub fn new(lease: Api<Lease>, name: String, again: mpsc::UnboundedSender<Change>) -> Self {
+        ProducerWord { lease, name, state: Mutex::default(), again }
     }
 
     fn state(&self) -> std::sync::MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// Has the producer said its records are current at some moment after `at`?
-    pub fn given_since(&self, at: Instant) -> bool {
-        self.state().given.is_some_and(|given| given > at)
+    /// Was the word written after `due`, and does the Lease, as read within [`FRESH`], still
+    /// carry it?
+    pub fn given_since(&self, due: Instant, now: Instant) -> bool {
+        given_since(&self.state().reads, due, now)
     }
 
-    /// `namespace` has a deletion waiting for the word; true the first time it is told so.
-    pub fn wait(&self, namespace: &str) -> bool {
-        self.state().waiting.insert(namespace.to_owned())
-    }
-
-    /// A write of the Lease seen at `now`. A watch delivers it as it happens (`as_it_happens`);
-    /// after a re-list, a changed Lease was written at some moment since it was last seen, which
-    /// is all that may be assumed. A Lease seen for the first time says nothing of when.
-    pub fn observe(&self, lease: &Lease, now: Instant, as_it_happens: bool) {
-        let version = lease.metadata.resource_version.clone().unwrap_or_default();
+    /// A deletion in `namespace` waits for the word: read the Lease until it is given, then pass
+    /// the namespace over again. True the first time the namespace waits.
+    pub fn wait(self: &Arc<Self>, namespace: &str) -> bool {
         let mut state = self.state();
-        let before = state.seen.replace((version.clone(), now));
-        let written_at = match before {
-            Some((seen, _)) if seen == version => return,
-            Some((_, seen_at)) if !as_it_happens => seen_at,
-            _ if as_it_happens => now,
-            _ => return,
-        };
-        let held = lease.spec.as_ref().and_then(|s| s.holder_identity.as_deref()).is_some_and(|h| !h.is_empty());
-        let current = lease.metadata.annotations.as_ref().and_then(|a| a.get(CURRENT_ANNOTATION)).map(String::as_str)
-            == Some("true");
-        if !(held && current) {
-            return;
+        let first = !state.waiting.contains_key(namespace);
+        state.waiting.entry(namespace.to_owned()).or_insert_with(Instant::now);
+        if !state.polling {
+            state.polling = true;
+            tokio::spawn(Arc::clone(self).poll());
         }
-        state.given = Some(state.given.map_or(written_at, |g| g.max(written_at)));
-        let waiting = std::mem::take(&mut state.waiting);
-        drop(state);
-        if let Some(again) = &self.again {
-            for namespace in waiting {
-                let _ = again.send(Change::Namespace(namespace));
+        first
+    }
+
+    /// How long the longest-waiting deletion has waited.
+    pub fn longest_wait(&self) -> Duration {
+        self.state().waiting.values().min().map(Instant::elapsed).unwrap_or_default()
+    }
+
+    /// Read the Lease every [`POLL`] while anything waits; each time the word stands, pass the
+    /// waiting namespaces over again (each judges its own copies' due times).
+    async fn poll(self: Arc<Self>) {
+        loop {
+            let read = match self.lease.get_opt(&self.name).await {
+                Ok(lease) => lease.map(|l| (l.metadata.resource_version.clone().unwrap_or_default(), word_given(&l))),
+                Err(error) => {
+                    tracing::warn!(lease = %self.name, %error, "reading the producer's Lease failed; deletions wait");
+                    None
+                }
+            };
+            let now = Instant::now();
+            let woken = {
+                let mut state = self.state();
+                let (version, word) = read.unwrap_or_default();
+                state.reads.push_back((now, version, word));
+                while state.reads.len() > KEPT {
+                    state.reads.pop_front();
+                }
+                let first = state.waiting.values().min().copied();
+                if first.is_some_and(|since| given_since(&state.reads, since, now)) {
+                    std::mem::take(&mut state.waiting).into_keys().collect()
+                } else {
+                    Vec::new()
+                }
+            };
+            for namespace in woken {
+                let _ = self.again.send(Change::Namespace(namespace));
+            }
+            tokio::time::sleep(POLL).await;
+            let mut state = self.state();
+            if state.waiting.is_empty() {
+                state.polling = false;
+                return;
             }
         }
     }
-
-    /// The Lease gone: whatever is seen next is new.
-    fn forget(&self) {
-        self.state().seen = None;
-    }
 }
 
-/// Follow the Lease `name` in `namespace` until the process ends.
-pub async fn follow(word: Arc<ProducerWord>, client: Client, namespace: String, name: String) {
-    let api: Api<Lease> = Api::namespaced(client, &namespace);
-    let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
-    let mut events = watcher::watcher(api, config).default_backoff().boxed();
-    while let Some(event) = events.next().await {
-        match event {
-            Ok(Event::Apply(lease)) => word.observe(&lease, Instant::now(), true),
-            Ok(Event::InitApply(lease)) => word.observe(&lease, Instant::now(), false),
-            Ok(Event::Delete(_)) => word.forget(),
-            Ok(Event::Init | Event::InitDone) => {}
-            Err(error) => tracing::warn!(lease = %name, %error, "watching the producer's Lease failed; retrying"),
-        }
+/// The latest read is fresh and carries the word, and an earlier read made after `due` saw
+/// another version: the producer wrote its word after `due`.
+fn given_since(reads: &VecDeque<(Instant, String, bool)>, due: Instant, now: Instant) -> bool {
+    let Some((latest_at, latest, true)) = reads.back() else { return false };
+    if now.saturating_duration_since(*latest_at) > FRESH || latest.is_empty() {
+        return false;
     }
+    reads.iter().any(|(at, version, _)| *at >= due && version != latest)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use k8s_openapi::api::coordination::v1::LeaseSpec;
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-    use std::time::Duration;
 
-    fn lease(version: &str, holder: Option<&str>, current: &str) -> Lease {
-        Lease {
-            metadata: ObjectMeta {
-                resource_version: Some(version.to_owned()),
-                annotations: Some([(CURRENT_ANNOTATION.to_owned(), current.to_owned())].into()),
-                ..ObjectMeta::default()
-            },
-            spec: Some(LeaseSpec { holder_identity: holder.map(str::to_owned), ..LeaseSpec::default() }),
-        }
+    fn reads(t0: Instant, list: &[(u64, &str, bool)]) -> VecDeque<(Instant, String, bool)> {
+        list.iter().map(|(s, v, w)| (t0 + Duration::from_secs(*s), (*v).to_owned(), *w)).collect()
     }
 
     #[test]
-    fn only_a_renewal_seen_after_the_moment_counts() {
-        let (tx, mut rx) = mpsc::unbounded_channel();
-        let word = ProducerWord::new(tx);
+    fn a_write_after_the_moment_carrying_the_word() {
         let t0 = Instant::now();
-        let s = |secs| t0 + Duration::from_secs(secs);
-        // Listed at start: written some time before, nobody knows when.
-        word.observe(&lease("1", Some("p"), "true"), s(0), false);
-        assert!(!word.given_since(t0 - Duration::from_secs(1)));
-        assert!(word.wait("ns-a") && !word.wait("ns-a"));
-        // The same version again (a re-list) is no renewal.
-        word.observe(&lease("1", Some("p"), "true"), s(2), false);
-        assert!(!word.given_since(t0 - Duration::from_secs(1)));
-        // A renewal as it happens: given at 3 s, and the waiting namespace passed over again.
-        word.observe(&lease("2", Some("p"), "true"), s(3), true);
-        assert!(word.given_since(s(2)) && !word.given_since(s(3)));
-        assert_eq!(rx.try_recv().ok(), Some(Change::Namespace("ns-a".to_owned())));
-        // Changed across a re-list: written some time after it was last seen (3 s), no later.
-        word.observe(&lease("3", Some("p"), "true"), s(9), false);
-        assert!(word.given_since(s(2)) && !word.given_since(s(3)));
-    }
-
-    #[test]
-    fn no_word_from_a_holder_that_is_not_current_or_gone() {
-        let word = ProducerWord::default();
-        let t0 = Instant::now();
-        word.observe(&lease("1", Some("p"), "false"), t0, true);
-        word.observe(&lease("2", None, "true"), t0 + Duration::from_secs(1), true);
-        word.observe(&lease("3", Some(""), "true"), t0 + Duration::from_secs(2), true);
-        assert!(!word.given_since(t0 - Duration::from_secs(1)));
+        let at = |s| t0 + Duration::from_secs(s);
+        // Due at 10 s; read at 10 s (version 5), then 11 s (version 6, the word).
+        let r = reads(t0, &[(10, "5", true), (11, "6", true)]);
+        assert!(given_since(&r, at(10), at(11)));
+        // Only reads before the moment: a write seen then may have been before it.
+        assert!(!given_since(&r, at(10) + Duration::from_millis(1), at(11)));
+        // The same version read again: nothing was written in between.
+        assert!(!given_since(&reads(t0, &[(10, "6", true), (11, "6", true)]), at(10), at(11)));
+        // Written since, but the latest write takes the word back.
+        assert!(!given_since(&reads(t0, &[(10, "5", true), (11, "6", false)]), at(10), at(11)));
+        // The latest read too old to stand for now.
+        assert!(!given_since(&r, at(10), at(15)));
+        // The Lease gone, or not read.
+        assert!(!given_since(&reads(t0, &[(10, "5", true), (11, "", true)]), at(10), at(11)));
+        assert!(!given_since(&VecDeque::new(), at(10), at(11)));
     }
 }

@@ -2,7 +2,7 @@
 //! written (`spec.addresses` exactly, not normalised), so it writes only when its answer differs.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
 use kube::ResourceExt;
@@ -23,6 +23,8 @@ pub struct HubView {
     records: RwLock<HashMap<String, Vec<String>>>,
     namespaces_synced: AtomicBool,
     records_synced: AtomicBool,
+    /// How many times a watch has failed: a view that was whole, then was not, is another view.
+    unsyncs: AtomicU64,
 }
 
 impl HubView {
@@ -33,6 +35,7 @@ impl HubView {
             records: RwLock::default(),
             namespaces_synced: AtomicBool::new(false),
             records_synced: AtomicBool::new(false),
+            unsyncs: AtomicU64::new(0),
         }
     }
 
@@ -42,6 +45,11 @@ impl HubView {
 
     pub fn synced(&self) -> bool {
         self.namespaces_synced.load(Ordering::Acquire) && self.records_synced.load(Ordering::Acquire)
+    }
+
+    /// How many times a watch has failed so far.
+    pub fn unsyncs(&self) -> u64 {
+        self.unsyncs.load(Ordering::Acquire)
     }
 
     pub fn has_namespace(&self, namespace: &str) -> bool {
@@ -97,6 +105,7 @@ impl SnapshotSink<NamespaceMeta> for HubWriter {
     }
     fn failed(&mut self, error: &watcher::Error) {
         self.view.namespaces_synced.store(false, Ordering::Release);
+        self.view.unsyncs.fetch_add(1, Ordering::AcqRel);
         tracing::warn!(%error, "hub namespace watch failed; no writes until listed again");
     }
 }
@@ -134,6 +143,7 @@ impl SnapshotSink<EdgeReachability> for HubWriter {
     }
     fn failed(&mut self, error: &watcher::Error) {
         self.view.records_synced.store(false, Ordering::Release);
+        self.view.unsyncs.fetch_add(1, Ordering::AcqRel);
         tracing::warn!(%error, "hub record watch failed; no writes until listed again");
     }
 }

@@ -3,7 +3,7 @@
 //! every one of them is whole: listed, and followed without an error since.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
 use kube::runtime::watcher;
@@ -25,12 +25,19 @@ pub struct ProjectIndex {
     /// Project namespace name → its `metadata.uid`, which names the hub namespace.
     uids: RwLock<BTreeMap<String, String>>,
     synced: [AtomicBool; KINDS],
+    /// How many times a watch has failed: a project that was whole, then was not, is another view.
+    unsyncs: AtomicU64,
 }
 
 impl ProjectIndex {
     /// Every watch listed whole and followed without an error since.
     pub fn synced(&self) -> bool {
         self.synced.iter().all(|s| s.load(Ordering::Acquire))
+    }
+
+    /// How many times a watch has failed so far.
+    pub fn unsyncs(&self) -> u64 {
+        self.unsyncs.load(Ordering::Acquire)
     }
 
     /// The answer for one namespace: empty when it holds none of the kinds.
@@ -129,6 +136,7 @@ impl KindWriter {
 
     fn unsync(&mut self, slot: usize, error: &watcher::Error, kind: &str) {
         self.index.synced[slot].store(false, Ordering::Release);
+        self.index.unsyncs.fetch_add(1, Ordering::AcqRel);
         tracing::warn!(%error, kind, "project watch failed; no writes for this project until it is listed again");
     }
 }

@@ -18,9 +18,24 @@ use kube::api::PostParams;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-/// The annotation each write of the Lease carries when its holder gives a [`Word`]: `"true"` while
-/// what the holder writes is current, `"false"` otherwise.
-pub const CURRENT_ANNOTATION: &str = "edgegate.datumapis.com/records-current";
+/// The annotation a write of the Lease carries when its holder gives its [`Word`]: that write's
+/// own `renewTime`, so the word is that write's and no other's (a write without it, an older
+/// binary's renewal that keeps an annotation it does not know, a release, gives none).
+pub const CURRENT_ANNOTATION: &str = "edgegate.datumapis.com/records-current-at";
+
+/// Does this state of the Lease carry its holder's word: held, and the annotation naming the
+/// very `renewTime` of the write that set it?
+pub fn word_given(lease: &Lease) -> bool {
+    let Some(spec) = &lease.spec else { return false };
+    let held = spec.holder_identity.as_deref().is_some_and(|h| !h.is_empty());
+    let stamp = lease.metadata.annotations.as_ref().and_then(|a| a.get(CURRENT_ANNOTATION));
+    held && stamp.is_some() && stamp.map(String::as_str) == spec.renew_time.as_ref().and_then(micro_time).as_deref()
+}
+
+/// A MicroTime as the API server stores it (microseconds, `Z`).
+fn micro_time(at: &MicroTime) -> Option<String> {
+    serde_json::to_value(at).ok().and_then(|v| v.as_str().map(str::to_owned))
+}
 
 /// Asked at each write of the Lease: is what this holder writes current now? Another controller
 /// that acts on those writes (the pruner on the producer's records) watches the Lease for it.
@@ -261,18 +276,24 @@ impl Elector {
         spec.lease_duration_seconds = Some(1);
         spec.renew_time = Some(now());
         lease.spec = Some(spec);
+        if let Some(annotations) = lease.metadata.annotations.as_mut() {
+            annotations.remove(CURRENT_ANNOTATION);
+        }
         match self.api.replace(&self.config.name, &PostParams::default(), &lease).await {
             Ok(_) => tracing::info!(lease = %self.config.name, "released the lease"),
             Err(error) => tracing::warn!(lease = %self.config.name, %error, "could not release the lease; it expires"),
         }
     }
 
-    /// The holder's word, as it stands at this write.
+    /// The holder's word, as it stands at this write: the write's `renewTime`, or nothing.
     fn give_word(&self, lease: &mut Lease) {
-        if let Some(Word(current)) = &self.config.word {
-            let value = if current() { "true" } else { "false" };
-            lease.metadata.annotations.get_or_insert_default().insert(CURRENT_ANNOTATION.to_owned(), value.to_owned());
-        }
+        let Some(Word(current)) = &self.config.word else { return };
+        let renewed = lease.spec.as_ref().and_then(|s| s.renew_time.as_ref()).and_then(micro_time);
+        let annotations = lease.metadata.annotations.get_or_insert_default();
+        match renewed.filter(|_| current()) {
+            Some(at) => annotations.insert(CURRENT_ANNOTATION.to_owned(), at),
+            None => annotations.remove(CURRENT_ANNOTATION),
+        };
     }
 
     fn spec(&self, at: MicroTime, transitions: i32) -> LeaseSpec {
@@ -299,5 +320,36 @@ async fn sleep_until(deadline: Option<Instant>) {
     match deadline {
         Some(at) => tokio::time::sleep_until(at.into()).await,
         None => std::future::pending().await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lease(holder: Option<&str>, renewed: &str, stamp: Option<&str>) -> Lease {
+        let renew_time: MicroTime = serde_json::from_value(serde_json::json!(renewed)).expect("a MicroTime");
+        Lease {
+            metadata: ObjectMeta {
+                annotations: stamp.map(|s| [(CURRENT_ANNOTATION.to_owned(), s.to_owned())].into()),
+                ..ObjectMeta::default()
+            },
+            spec: Some(LeaseSpec {
+                holder_identity: holder.map(str::to_owned),
+                renew_time: Some(renew_time),
+                ..LeaseSpec::default()
+            }),
+        }
+    }
+
+    #[test]
+    fn the_word_is_the_write_that_carries_it() {
+        let at = "2026-12-03T19:00:00.123456Z";
+        assert!(word_given(&lease(Some("producer-0"), at, Some(at))));
+        // A later renewal that kept an earlier write's stamp (a binary that does not know it).
+        assert!(!word_given(&lease(Some("producer-0"), "2026-12-03T19:00:03.000001Z", Some(at))));
+        assert!(!word_given(&lease(Some("producer-0"), at, None)));
+        assert!(!word_given(&lease(None, at, Some(at))), "released");
+        assert!(!word_given(&lease(Some(""), at, Some(at))), "released");
     }
 }

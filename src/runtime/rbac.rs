@@ -45,14 +45,10 @@ pub const PRUNER: &[Rule] = &[
     Rule { group: "events.k8s.io", resource: "events", names: &[], verbs: &["create", "patch"] },
 ];
 
-/// The pruner's Lease rule, granted in its own namespace only; leases are also listed and watched
-/// there for the producer's word (`--producer-lease`).
-pub const PRUNER_LEASE: Rule = Rule {
-    group: "coordination.k8s.io",
-    resource: "leases",
-    names: &[],
-    verbs: &["get", "list", "watch", "create", "update"],
-};
+/// The pruner's Lease rule, granted in its own namespace only (its own Lease, and the producer's
+/// read for its word, `--producer-lease`).
+pub const PRUNER_LEASE: Rule =
+    Rule { group: "coordination.k8s.io", resource: "leases", names: &[], verbs: &["get", "create", "update"] };
 
 /// `edgegate-producer` on the hub: records read, created and server-side applied (never deleted),
 /// hub namespaces listed and watched (never created), Warning Events. Its Lease: [`PRODUCER_LEASE`].
@@ -68,8 +64,7 @@ pub const PRODUCER_HUB: &[Rule] = &[
 ];
 
 /// The producer's Lease rule, granted in its own namespace only.
-pub const PRODUCER_LEASE: Rule =
-    Rule { group: "coordination.k8s.io", resource: "leases", names: &[], verbs: &["get", "create", "update"] };
+pub const PRODUCER_LEASE: Rule = PRUNER_LEASE;
 
 /// `edgegate-producer` in each project control plane: read only, the five kinds it watches.
 pub const PRODUCER_PROJECT: &[Rule] = &[

@@ -37,8 +37,9 @@ impl NetNs {
         }
         let id = std::process::id() % 100_000;
         let (name, host_link, ns_link) = (format!("edgegate-{id}"), format!("eg{id}h"), format!("eg{id}n"));
-        // A namespace left by a process that was killed before its drop ran.
-        let _ = std::process::Command::new("ip").args(["netns", "del", &name]).status();
+        // Whatever a process killed before its drop ran left behind: with the turn held, no
+        // other namespace of ours is in use, and a stale one would still route the addresses.
+        remove_leftovers();
         ip(&["netns", "add", &name]);
         let netns = NetNs { name, host_link, _turn: turn };
         ip(&["link", "add", &netns.host_link, "type", "veth", "peer", "name", &ns_link]);
@@ -70,6 +71,29 @@ impl NetNs {
             .output()
             .expect("curl in the namespace");
         String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+}
+
+/// Every namespace and host link of ours that exists (names `edgegate-<id>`, `eg<id>h`).
+fn remove_leftovers() {
+    let list = |args: &[&str]| {
+        let out = std::process::Command::new("ip").args(args).output().map(|o| o.stdout).unwrap_or_default();
+        String::from_utf8_lossy(&out).into_owned()
+    };
+    for name in list(&["netns", "list"]).lines().filter_map(|l| l.split_whitespace().next()) {
+        if name.starts_with("edgegate-") {
+            let _ = std::process::Command::new("ip").args(["netns", "del", name]).status();
+        }
+    }
+    for line in list(&["-o", "link", "show"]).lines() {
+        let name = line.split(':').nth(1).map(str::trim).and_then(|n| n.split('@').next()).unwrap_or_default();
+        if name.len() > 3
+            && name.starts_with("eg")
+            && name.ends_with('h')
+            && name[2..name.len() - 1].bytes().all(|b| b.is_ascii_digit())
+        {
+            let _ = std::process::Command::new("ip").args(["link", "del", name]).status();
+        }
     }
 }
 
