@@ -153,7 +153,7 @@ async fn writes_the_answer_once_then_nothing_but_lists_and_watches() {
     settle().await;
     assert_eq!(h.producer.pass(&[Trigger::Hub(Change::All)]).await, [Written::Applied]);
     assert_eq!(h.producer.pass(&[Trigger::Hub(Change::All)]).await, [Written::Unchanged], "no second write");
-    assert!(h.producer.current.lock().expect("current").is_some(), "a whole pass written: the records are current");
+    assert!(h.producer.current.lock().expect("word").current.is_some(), "a whole pass written: records current");
     let hub_log = h.hub_log.lock().expect("log").clone();
     let patches: Vec<&Seen> = hub_log.iter().filter(|s| s.method == "PATCH").collect();
     assert_eq!(patches.len(), 1, "{hub_log:?}");
@@ -196,10 +196,10 @@ async fn nothing_is_written_when_a_project_list_fails() {
             && [HTTPPROXIES, INTERFACES, SLICES, NAMESPACES].iter().all(|p| watching(&h.project_log, p))
     })
     .await;
-    *h.producer.current.lock().expect("current") =
+    h.producer.current.lock().expect("word").current =
         Some(edgegate_producer::run::marks(&h.producer.view, &h.producer.projects)); // as if whole before
     assert_eq!(h.producer.pass(&[Trigger::Hub(Change::All)]).await, [Written::Skipped]);
-    assert!(h.producer.current.lock().expect("current").is_none(), "a project not listed: no word");
+    assert!(h.producer.current.lock().expect("word").current.is_none(), "a project not listed: no word");
     assert!(h.hub_log.lock().expect("log").iter().all(|s| s.method == "GET"));
 }
 

@@ -24,6 +24,15 @@ use tokio_util::sync::CancellationToken;
 use crate::metrics::Metrics;
 use crate::run::lock;
 
+/// How a restore of served addresses after a conflict ended.
+enum Restore {
+    /// The record names every address the answer serves: the conflict is the other writer's.
+    NotNeeded,
+    /// Written, with this many addresses.
+    Restored(usize),
+    Failed,
+}
+
 /// How soon a pass over everything follows one in which a write failed.
 const RETRY_AFTER_ERROR: Duration = Duration::from_secs(2);
 
@@ -177,7 +186,13 @@ impl Producer {
                 Written::Applied
             }
             Err(kube::Error::Api(status)) if status.code == 409 => {
-                if let Some(restored) = self.restore_served(&hub_ns, &addresses).await {
+                let restored = match self.restore_served(&hub_ns, &addresses).await {
+                    Restore::NotNeeded => None,
+                    Restore::Restored(written) => Some(written),
+                    // The record still lacks served addresses: that is no current record.
+                    Restore::Failed => return Written::Error,
+                };
+                if let Some(restored) = restored {
                     tracing::warn!(
                         project,
                         namespace,
@@ -230,11 +245,10 @@ impl Producer {
     /// them, by hand or by tool), take the field over and write what it holds plus those. A
     /// record that names too few addresses withdraws pods that serve, once the pruner's grace
     /// has passed; one that names too many costs a table entry, so nothing it holds is dropped.
-    /// The number of addresses written, if it did.
-    async fn restore_served(&self, hub_ns: &str, addresses: &[String]) -> Option<usize> {
+    async fn restore_served(&self, hub_ns: &str, addresses: &[String]) -> Restore {
         let current = self.view.with_record(hub_ns, |c| c.map(<[String]>::to_vec)).unwrap_or_default();
         if addresses.iter().all(|a| current.contains(a)) {
-            return None;
+            return Restore::NotNeeded;
         }
         let mut union: Vec<String> =
             current.into_iter().chain(addresses.iter().cloned()).collect::<BTreeSet<_>>().into_iter().collect();
@@ -243,13 +257,16 @@ impl Producer {
             union = addresses.to_vec();
         }
         if !self.leader.is_leader() {
-            return None;
+            return Restore::Failed;
         }
-        self.apply(hub_ns, &union, true).await.ok()?;
+        if let Err(error) = self.apply(hub_ns, &union, true).await {
+            tracing::warn!(hub_namespace = hub_ns, %error, "putting served addresses back failed; the next recompute retries");
+            return Restore::Failed;
+        }
         let written = union.len();
         self.metrics.addresses(written);
         self.view.wrote(hub_ns, union);
-        Some(written)
+        Restore::Restored(written)
     }
 
     /// End the withdrawal runs of the hub namespaces `which` names.
@@ -347,8 +364,9 @@ impl Producer {
     pub async fn pass(&self, triggers: &[Trigger]) -> Vec<Written> {
         self.set_state();
         let marks = crate::run::marks(&self.view, &self.projects);
-        if !(self.leader.is_leader() && crate::run::whole(&self.view, &self.projects)) {
-            *lock(&self.current) = None;
+        let whole_at_start = self.leader.is_leader() && crate::run::whole(&self.view, &self.projects);
+        if !whole_at_start {
+            lock(&self.current).current = None;
         }
         if triggers.contains(&Trigger::Hub(Change::All)) {
             // Withdrawals held for hub namespaces no engaged project has any more (a project
@@ -378,20 +396,26 @@ impl Producer {
         // makes the records current; a failed write makes them not, until a pass (asked for
         // here, shortly) writes it.
         if outcomes.iter().any(|w| matches!(w, Written::Error)) {
-            *lock(&self.current) = None;
+            lock(&self.current).current = None;
             if let Some(again) = self.again.clone() {
                 tokio::spawn(async move {
                     tokio::time::sleep(RETRY_AFTER_ERROR).await;
                     let _ = again.send(Trigger::Hub(Change::All));
                 });
             }
-        } else if triggers.contains(&Trigger::Hub(Change::All))
-            && self.leader.is_leader()
-            && crate::run::whole(&self.view, &self.projects)
-            && crate::run::marks(&self.view, &self.projects) == marks
-            && !outcomes.contains(&Written::Skipped)
-        {
-            *lock(&self.current) = Some(marks);
+        } else if triggers.contains(&Trigger::Hub(Change::All)) {
+            let mut word = lock(&self.current);
+            if whole_at_start
+                && self.leader.is_leader()
+                && crate::run::whole(&self.view, &self.projects)
+                && crate::run::marks(&self.view, &self.projects) == marks
+                && !outcomes.contains(&Written::Skipped)
+            {
+                word.current = Some(marks);
+            } else {
+                // Not whole throughout: the next renewal that finds the view whole asks again.
+                word.asked = None;
+            }
         }
         outcomes
     }

@@ -76,39 +76,48 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
 /// them otherwise (`current` holds the [`Marks`] of that pass). A view whose marks moved on (a
 /// watch failed and listed again between two renewals, a project engaged) asks for such a pass.
 fn word(view: Arc<HubView>, projects: Projects, current: Current, again: mpsc::UnboundedSender<Trigger>) -> Word {
-    let asked = Mutex::new(None);
     Word(Arc::new(move || {
         if !whole(&view, &projects) {
             return false;
         }
         let now = marks(&view, &projects);
-        if lock(&current).as_ref() == Some(&now) {
+        let mut word = lock(&current);
+        if word.current.as_ref() == Some(&now) {
             return true;
         }
-        let mut asked = lock(&asked);
-        if asked.as_ref() != Some(&now) {
+        if word.asked.as_ref() != Some(&now) {
             let _ = again.send(Trigger::Hub(Change::All));
-            *asked = Some(now);
+            word.asked = Some(now);
         }
         false
     }))
 }
 
-/// Which view the producer has: the hub's and each engaged project's count of watch failures.
+/// Which view the producer has: the hub's count of watch failures, and each engaged project's
+/// engagement and count of watch failures.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Marks {
     hub: u64,
-    projects: Vec<(String, usize, u64)>,
+    projects: Vec<(String, u64, u64)>,
 }
 
-/// The marks of the last pass over everything that found the view whole and wrote all of it.
-pub type Current = Arc<Mutex<Option<Marks>>>;
+/// The word's state, shared by the passes and the Lease.
+#[derive(Debug, Default)]
+pub struct WordState {
+    /// The marks of the last pass over everything that found the view whole throughout and
+    /// wrote all of it.
+    pub current: Option<Marks>,
+    /// The marks a pass over everything was last asked for.
+    pub asked: Option<Marks>,
+}
+
+pub type Current = Arc<Mutex<WordState>>;
 
 pub fn marks(view: &HubView, projects: &Projects) -> Marks {
     let projects = projects.read().unwrap_or_else(std::sync::PoisonError::into_inner);
     Marks {
         hub: view.unsyncs(),
-        projects: projects.iter().map(|(n, p)| (n.clone(), Arc::as_ptr(p) as usize, p.unsyncs())).collect(),
+        projects: projects.iter().map(|(n, p)| (n.clone(), p.engagement(), p.unsyncs())).collect(),
     }
 }
 

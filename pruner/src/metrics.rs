@@ -54,7 +54,7 @@ impl Metrics {
         let waiting_for_producer = registered(
             &mut registry,
             "prune_waiting_for_producer_seconds",
-            "How long the longest-waiting due deletion has waited for the producer's word (--producer-lease); 0 when none waits",
+            "How long due deletions have waited without the producer's word standing (--producer-lease); 0 when none waits",
         );
         // Every result from the start, at 0: an alert on rate() or increase() sees the first one.
         let results = crate::pruner::Outcome::ALL.map(crate::pruner::Outcome::label);

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use edgegate::core::hold::Hold;
 use edgegate::core::plan::{Deletion, Scope, deletion};
+use edgegate::core::record::{Record, RecordState};
 use edgegate::index::Change;
 use edgegate::index::copies::CopyIndex;
 use edgegate::index::prune::plan;
@@ -276,6 +277,9 @@ impl Pruner {
         }
         // The turn may have been a long wait.
         let Some(now) = self.judge_again(&now) else { return Outcome::Skipped };
+        if self.word.is_some() && !self.unnamed_as_read(&now).await {
+            return Outcome::Skipped;
+        }
         let (ns, name, addresses) = (&now.namespace, &now.name, &now.addresses);
         let params = DeleteParams {
             preconditions: Some(Preconditions { uid: now.uid.clone(), resource_version: now.resource_version.clone() }),
@@ -303,6 +307,29 @@ impl Pruner {
                 Outcome::Error
             }
         }
+    }
+
+    /// Does the record, read now, still name none of the copy's addresses? The producer's word
+    /// says its writes are done, not that this replica's watch has seen them yet. A failed read
+    /// keeps the copy.
+    async fn unnamed_as_read(&self, planned: &Deletion) -> bool {
+        let api: Api<EdgeReachability> = Api::namespaced(self.client.clone(), &planned.namespace);
+        let state = match api.get_opt(self.records.record_name()).await {
+            Ok(Some(record)) => {
+                RecordState::Present(Arc::new(Record::from_entries(record.entries().iter().map(String::as_str))))
+            }
+            Ok(None) => RecordState::Absent,
+            Err(error) => {
+                tracing::warn!(namespace = %planned.namespace, %error, "reading the record before deleting failed; kept");
+                return false;
+            }
+        };
+        let Some(copy) = self.copies.get(&planned.namespace, &planned.name) else { return false };
+        let unnamed = deletion(&state, &copy, &self.selector).is_some();
+        if !unnamed {
+            tracing::info!(namespace = %planned.namespace, name = %planned.name, "the record names the copy again (read before deleting); kept");
+        }
+        unnamed
     }
 
     /// A Kubernetes Event on the record, naming the copy deleted.

@@ -122,7 +122,7 @@ impl Probes for Admin {
     fn metrics(&self) -> String {
         let synced = self.records.synced() && self.copies.synced();
         self.metrics.set_state(self.leader.is_leader(), synced, self.copies.len());
-        self.metrics.set_waiting_for_producer(self.word.as_ref().map(|w| w.longest_wait()).unwrap_or_default());
+        self.metrics.set_waiting_for_producer(self.word.as_ref().map(|w| w.held_for()).unwrap_or_default());
         self.metrics.encode()
     }
 }

@@ -1,15 +1,15 @@
-//! The producer's word (`--producer-lease`): each write of the producer's Lease says whether the
+//! The producer's word (`--producer-lease`): a write of the producer's Lease may say that the
 //! records it writes are current (see `edgegate::runtime::lease::word_given`). A record's silence
 //! about an address is a withdrawal only while that holds: a producer that is down, restarting or
 //! cut off from its project cannot add an address served again. So a copy that falls due is
-//! deleted only once the Lease has been *written* with the word after the copy fell due, and
-//! still carries it.
+//! deleted only once the producer has *written* its word after the copy fell due, recently, and
+//! the Lease still carries it.
 //!
-//! Told only by quorum reads of the Lease, made while a deletion waits: a read after the copy fell
-//! due, and a later read of another version that carries the word, mean the producer wrote it in
-//! between. No watch event's arrival time is taken for when a write happened.
+//! Told only by this process's own reads of the Lease, made while a deletion waits, each stamped
+//! with when it was sent: a read sent after the copy fell due, and a later one showing another
+//! `renewTime` with the word, mean the producer renewed in between. A failed read tells nothing.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeSet, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -23,18 +23,33 @@ use tokio::sync::mpsc;
 /// lease duration, 3 s by default).
 pub const POLL: Duration = Duration::from_secs(1);
 
-/// The latest read must be this recent for its word to count.
-const FRESH: Duration = Duration::from_secs(3);
+/// Reads go on this long after the last wait, so a deletion's second look (after its turn in the
+/// pace) finds a recent read.
+const LINGER: Duration = Duration::from_secs(5);
 
 /// The reads kept (at one a second, the last minute).
 const KEPT: usize = 64;
 
+/// One read of the Lease that was answered.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Read {
+    /// When the GET was sent: the state it saw is at least this recent.
+    sent: Instant,
+    /// `renewTime` as written (empty: none, or no Lease).
+    renewed: String,
+    word: bool,
+    /// The producer's renewal period (a fifth of `leaseDurationSeconds`).
+    renew_every: Duration,
+}
+
 #[derive(Debug, Default)]
 struct State {
-    /// Reads of the Lease: when, its resourceVersion, whether it carried the word.
-    reads: VecDeque<(Instant, String, bool)>,
-    /// Namespaces with a deletion waiting for the word, and since when.
-    waiting: BTreeMap<String, Instant>,
+    reads: VecDeque<Read>,
+    /// Namespaces to pass over again when the word stands.
+    waiting: BTreeSet<String>,
+    /// Since when some deletion has waited without the word standing (for the gauge).
+    held_since: Option<Instant>,
+    last_wait: Option<Instant>,
     polling: bool,
 }
 
@@ -56,18 +71,20 @@ impl ProducerWord {
         self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// Was the word written after `due`, and does the Lease, as read within [`FRESH`], still
+    /// Has the producer renewed with its word since `due`, recently, and does the Lease still
     /// carry it?
     pub fn given_since(&self, due: Instant, now: Instant) -> bool {
         given_since(&self.state().reads, due, now)
     }
 
-    /// A deletion in `namespace` waits for the word: read the Lease until it is given, then pass
-    /// the namespace over again. True the first time the namespace waits.
+    /// A deletion in `namespace` waits for the word: read the Lease until it stands, then pass
+    /// the namespace over again. True when the namespace was not waiting already.
     pub fn wait(self: &Arc<Self>, namespace: &str) -> bool {
         let mut state = self.state();
-        let first = !state.waiting.contains_key(namespace);
-        state.waiting.entry(namespace.to_owned()).or_insert_with(Instant::now);
+        let now = Instant::now();
+        state.last_wait = Some(now);
+        state.held_since.get_or_insert(now);
+        let first = state.waiting.insert(namespace.to_owned());
         if !state.polling {
             state.polling = true;
             tokio::spawn(Arc::clone(self).poll());
@@ -75,33 +92,40 @@ impl ProducerWord {
         first
     }
 
-    /// How long the longest-waiting deletion has waited.
-    pub fn longest_wait(&self) -> Duration {
-        self.state().waiting.values().min().map(Instant::elapsed).unwrap_or_default()
+    /// How long deletions have waited without the word standing; zero when none waits.
+    pub fn held_for(&self) -> Duration {
+        self.state().held_since.map(|since| since.elapsed()).unwrap_or_default()
     }
 
-    /// Read the Lease every [`POLL`] while anything waits; each time the word stands, pass the
-    /// waiting namespaces over again (each judges its own copies' due times).
+    /// Read the Lease every [`POLL`] while anything waits (and [`LINGER`] after); each time the
+    /// word stands, pass the waiting namespaces over again (each judges its own copies' times).
     async fn poll(self: Arc<Self>) {
         loop {
+            let sent = Instant::now();
             let read = match self.lease.get_opt(&self.name).await {
-                Ok(lease) => lease.map(|l| (l.metadata.resource_version.clone().unwrap_or_default(), word_given(&l))),
+                Ok(lease) => Some(read(sent, lease.as_ref())),
                 Err(error) => {
                     tracing::warn!(lease = %self.name, %error, "reading the producer's Lease failed; deletions wait");
                     None
                 }
             };
-            let now = Instant::now();
-            let woken = {
+            let woken: Vec<String> = {
                 let mut state = self.state();
-                let (version, word) = read.unwrap_or_default();
-                state.reads.push_back((now, version, word));
-                while state.reads.len() > KEPT {
-                    state.reads.pop_front();
+                if let Some(read) = read {
+                    state.reads.push_back(read);
+                    while state.reads.len() > KEPT {
+                        state.reads.pop_front();
+                    }
                 }
-                let first = state.waiting.values().min().copied();
-                if first.is_some_and(|since| given_since(&state.reads, since, now)) {
-                    std::mem::take(&mut state.waiting).into_keys().collect()
+                // The word stands for whatever fell due before the first read of this wait.
+                let stands = state
+                    .reads
+                    .iter()
+                    .find(|r| state.held_since.is_some_and(|h| r.sent >= h))
+                    .is_some_and(|first| given_since(&state.reads, first.sent, Instant::now()));
+                if stands {
+                    state.held_since = None;
+                    std::mem::take(&mut state.waiting).into_iter().collect()
                 } else {
                     Vec::new()
                 }
@@ -111,49 +135,86 @@ impl ProducerWord {
             }
             tokio::time::sleep(POLL).await;
             let mut state = self.state();
-            if state.waiting.is_empty() {
+            if state.waiting.is_empty() && state.last_wait.is_none_or(|at| at.elapsed() > LINGER) {
                 state.polling = false;
+                state.held_since = None;
                 return;
             }
         }
     }
 }
 
-/// The latest read is fresh and carries the word, and an earlier read made after `due` saw
-/// another version: the producer wrote its word after `due`.
-fn given_since(reads: &VecDeque<(Instant, String, bool)>, due: Instant, now: Instant) -> bool {
-    let Some((latest_at, latest, true)) = reads.back() else { return false };
-    if now.saturating_duration_since(*latest_at) > FRESH || latest.is_empty() {
+fn read(sent: Instant, lease: Option<&Lease>) -> Read {
+    let spec = lease.and_then(|l| l.spec.as_ref());
+    let renewed = spec
+        .and_then(|s| s.renew_time.as_ref())
+        .and_then(|t| serde_json::to_value(t).ok())
+        .and_then(|v| v.as_str().map(str::to_owned))
+        .unwrap_or_default();
+    let seconds = spec.and_then(|s| s.lease_duration_seconds).and_then(|s| u64::try_from(s).ok()).unwrap_or(15);
+    Read { sent, renewed, word: lease.is_some_and(word_given), renew_every: Duration::from_secs(seconds) / 5 }
+}
+
+/// The word stands for `due`: the latest read carries it and is recent; its renewal was first
+/// read recently (within a renewal period and two reads: a producer that stopped renewing gives
+/// no word, however often the same Lease is read); and a read sent after `due` showed another
+/// renewal, so the producer renewed after `due`.
+fn given_since(reads: &VecDeque<Read>, due: Instant, now: Instant) -> bool {
+    let Some(latest) = reads.back() else { return false };
+    if !latest.word || latest.renewed.is_empty() {
         return false;
     }
-    reads.iter().any(|(at, version, _)| *at >= due && version != latest)
+    let Some(first_seen) = reads.iter().find(|r| r.renewed == latest.renewed).map(|r| r.sent) else { return false };
+    let recent = latest.renew_every + 2 * POLL + Duration::from_secs(1);
+    if now.saturating_duration_since(latest.sent) > recent || now.saturating_duration_since(first_seen) > recent {
+        return false;
+    }
+    reads.iter().any(|r| r.sent >= due && r.renewed != latest.renewed)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn reads(t0: Instant, list: &[(u64, &str, bool)]) -> VecDeque<(Instant, String, bool)> {
-        list.iter().map(|(s, v, w)| (t0 + Duration::from_secs(*s), (*v).to_owned(), *w)).collect()
+    fn reads(t0: Instant, list: &[(u64, &str, bool)]) -> VecDeque<Read> {
+        list.iter()
+            .map(|(s, renewed, word)| Read {
+                sent: t0 + Duration::from_secs(*s),
+                renewed: (*renewed).to_owned(),
+                word: *word,
+                renew_every: Duration::from_secs(3),
+            })
+            .collect()
     }
 
     #[test]
-    fn a_write_after_the_moment_carrying_the_word() {
+    fn a_renewal_after_the_moment_carrying_the_word() {
         let t0 = Instant::now();
         let at = |s| t0 + Duration::from_secs(s);
-        // Due at 10 s; read at 10 s (version 5), then 11 s (version 6, the word).
-        let r = reads(t0, &[(10, "5", true), (11, "6", true)]);
+        // Due at 10 s; read at 10 s (renewed a), then 11 s (renewed b, with the word).
+        let r = reads(t0, &[(10, "a", true), (11, "b", true)]);
         assert!(given_since(&r, at(10), at(11)));
-        // Only reads before the moment: a write seen then may have been before it.
+        // Only reads sent before the moment: the renewal seen may have been before it.
         assert!(!given_since(&r, at(10) + Duration::from_millis(1), at(11)));
-        // The same version read again: nothing was written in between.
-        assert!(!given_since(&reads(t0, &[(10, "6", true), (11, "6", true)]), at(10), at(11)));
-        // Written since, but the latest write takes the word back.
-        assert!(!given_since(&reads(t0, &[(10, "5", true), (11, "6", false)]), at(10), at(11)));
-        // The latest read too old to stand for now.
-        assert!(!given_since(&r, at(10), at(15)));
-        // The Lease gone, or not read.
-        assert!(!given_since(&reads(t0, &[(10, "5", true), (11, "", true)]), at(10), at(11)));
+        // The same renewal read again (a label or annotation changed, a read retried).
+        assert!(!given_since(&reads(t0, &[(10, "b", true), (11, "b", true)]), at(10), at(11)));
+        // Renewed since, but that renewal takes the word back.
+        assert!(!given_since(&reads(t0, &[(10, "a", true), (11, "b", false)]), at(10), at(11)));
+        // The latest read too old to stand for now (renewal period 3 s, two reads, a second).
+        assert!(!given_since(&r, at(10), at(18)));
+        // The Lease gone, or never read.
+        assert!(!given_since(&reads(t0, &[(10, "a", true), (11, "", false)]), at(10), at(11)));
         assert!(!given_since(&VecDeque::new(), at(10), at(11)));
+    }
+
+    #[test]
+    fn a_producer_that_stopped_renewing_gives_no_word() {
+        let t0 = Instant::now();
+        let at = |s| t0 + Duration::from_secs(s);
+        // Renewed with the word at 11 s, then nothing: read again and again up to 30 s.
+        let list: Vec<(u64, &str, bool)> =
+            [(10, "a", true)].into_iter().chain((11..=30).map(|s| (s, "b", true))).collect();
+        let r = reads(t0, &list);
+        assert!(!given_since(&r, at(10), at(30)), "b was first read at 11 s: no renewal since");
     }
 }

@@ -19,7 +19,7 @@ use crate::core::slice::Slice;
 const KINDS: usize = 5;
 
 /// A project's objects by namespace, its namespaces' UIDs, and whether each watch is whole.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct ProjectIndex {
     namespaces: RwLock<HashMap<String, ProjectNamespace>>,
     /// Project namespace name → its `metadata.uid`, which names the hub namespace.
@@ -27,6 +27,22 @@ pub struct ProjectIndex {
     synced: [AtomicBool; KINDS],
     /// How many times a watch has failed: a project that was whole, then was not, is another view.
     unsyncs: AtomicU64,
+    /// Which index this is, of every one made in this process: a project engaged again is
+    /// another view.
+    engagement: u64,
+}
+
+impl Default for ProjectIndex {
+    fn default() -> Self {
+        static MADE: AtomicU64 = AtomicU64::new(0);
+        ProjectIndex {
+            namespaces: RwLock::default(),
+            uids: RwLock::default(),
+            synced: Default::default(),
+            unsyncs: AtomicU64::new(0),
+            engagement: MADE.fetch_add(1, Ordering::Relaxed),
+        }
+    }
 }
 
 impl ProjectIndex {
@@ -38,6 +54,11 @@ impl ProjectIndex {
     /// How many times a watch has failed so far.
     pub fn unsyncs(&self) -> u64 {
         self.unsyncs.load(Ordering::Acquire)
+    }
+
+    /// Which index this is, of every one made in this process.
+    pub fn engagement(&self) -> u64 {
+        self.engagement
     }
 
     /// The answer for one namespace: empty when it holds none of the kinds.
