@@ -32,8 +32,14 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let engaged = Engaged::new(triggers_tx.clone());
     let current = Current::default();
     let mut lease = args.lease.config(&args.lease_name, "edgegate-producer");
-    lease.word =
-        Some(word(Arc::clone(&view), Arc::clone(&engaged.projects), Arc::clone(&current), triggers_tx.clone()));
+    let renew_every = lease.renew_every();
+    lease.word = Some(word(
+        Arc::clone(&view),
+        Arc::clone(&engaged.projects),
+        Arc::clone(&current),
+        triggers_tx.clone(),
+        renew_every,
+    ));
     let controller = Controller::start(&args.hub, &lease).await?;
     let hub = controller.hub.clone();
     start_hub_watches(&hub, &view, &triggers_tx);
@@ -75,19 +81,33 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
 /// every engaged project whole, and has written a pass over all of them since it last saw any of
 /// them otherwise (`current` holds the [`Marks`] of that pass). A view whose marks moved on (a
 /// watch failed and listed again between two renewals, a project engaged) asks for such a pass.
-fn word(view: Arc<HubView>, projects: Projects, current: Current, again: mpsc::UnboundedSender<Trigger>) -> Word {
+/// So does a write of the Lease that comes longer than two renewals after the last one: a
+/// process that was paused, or did not lead, has events it has not read yet.
+fn word(
+    view: Arc<HubView>,
+    projects: Projects,
+    current: Current,
+    again: mpsc::UnboundedSender<Trigger>,
+    renew_every: std::time::Duration,
+) -> Word {
+    let last_write = Mutex::new(None::<std::time::Instant>);
     Word(Arc::new(move || {
+        let now = std::time::Instant::now();
+        let gap = lock(&last_write).replace(now).map(|last| now.saturating_duration_since(last));
+        if gap.is_none_or(|gap| gap > 2 * renew_every + std::time::Duration::from_secs(1)) {
+            *lock(&current) = WordState::default();
+        }
         if !whole(&view, &projects) {
             return false;
         }
-        let now = marks(&view, &projects);
+        let seen = marks(&view, &projects);
         let mut word = lock(&current);
-        if word.current.as_ref() == Some(&now) {
+        if word.current.as_ref() == Some(&seen) {
             return true;
         }
-        if word.asked.as_ref() != Some(&now) {
+        if word.asked.as_ref() != Some(&seen) {
             let _ = again.send(Trigger::Hub(Change::All));
-            word.asked = Some(now);
+            word.asked = Some(seen);
         }
         false
     }))

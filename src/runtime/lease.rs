@@ -63,7 +63,7 @@ pub struct LeaseConfig {
 
 impl LeaseConfig {
     /// How often the leader renews: five times a lease.
-    fn renew_every(&self) -> Duration {
+    pub fn renew_every(&self) -> Duration {
         self.duration / 5
     }
 
