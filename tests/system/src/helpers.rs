@@ -74,6 +74,13 @@ pub async fn stand_in_crd(client: &Client, group: &str, kind: &str, plural: &str
 }
 
 pub async fn namespace(client: &Client, name: &str, labels: &[(&str, &str)]) {
+    if let Err(e) = try_namespace(client, name, labels).await {
+        panic!("creating namespace {name}: {e}");
+    }
+}
+
+/// A namespace created, or already there.
+pub async fn try_namespace(client: &Client, name: &str, labels: &[(&str, &str)]) -> Result<(), kube::Error> {
     let api: Api<Namespace> = Api::all(client.clone());
     let ns = Namespace {
         metadata: ObjectMeta {
@@ -84,9 +91,8 @@ pub async fn namespace(client: &Client, name: &str, labels: &[(&str, &str)]) {
         ..Namespace::default()
     };
     match api.create(&PostParams::default(), &ns).await {
-        Ok(_) => {}
-        Err(kube::Error::Api(s)) if s.code == 409 => {}
-        Err(e) => panic!("creating namespace {name}: {e}"),
+        Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
+        other => other.map(|_| ()),
     }
 }
 

@@ -572,6 +572,13 @@ fn producer_component_adds_the_producer_with_exact_rbac() {
     assert_eq!(rules_of(find(&objects, "ClusterRole", "edgegate-producer")), expected(PRODUCER_HUB));
     assert_eq!(rules_of(find(&objects, "ClusterRole", "edgegate-producer-project")), expected(PRODUCER_PROJECT));
     assert_eq!(rules_of(find(&objects, "Role", "edgegate-producer-lease")), expected(&[PRODUCER_LEASE]));
+    // The pruner deletes on the producer's word, which the producer gives on the Lease it is
+    // elected by (so it must not run without election), in the pruner's own namespace.
+    let pruner = find(&objects, "Deployment", "edgegate-pruner");
+    assert_eq!(env(pruner, "EDGEGATE_PRODUCER_LEASE"), "edgegate-producer");
+    let args = producer["spec"]["template"]["spec"]["containers"][0]["args"].to_string();
+    assert!(args.contains("--lease-name=edgegate-producer") && !args.contains("--no-leader-election"), "{args}");
+    assert_eq!(producer["metadata"]["namespace"], pruner["metadata"]["namespace"]);
 }
 
 #[test]

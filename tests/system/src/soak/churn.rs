@@ -11,7 +11,7 @@ use kube::api::DeleteParams;
 use kube::{Api, Client};
 
 use super::project::{interface, proxy, put, remove, service};
-use crate::helpers::namespace;
+use crate::helpers::try_namespace;
 
 /// xorshift64*: a few lines, seeded, the same sequence on every machine.
 pub struct Rng(u64);
@@ -80,10 +80,12 @@ impl Churn {
         let id = self.next_space;
         self.next_space += 1;
         let name = format!("soak-{id}");
-        namespace(&self.project, &name, &[]).await;
+        // Either API server may be restarting (a fault): a namespace not created is retried by
+        // the writes that follow, or left out; the churn goes on.
+        let _ = try_namespace(&self.project, &name, &[]).await;
         let uid = Api::<Namespace>::all(self.project.clone()).get(&name).await.ok().and_then(|n| n.metadata.uid);
         let hub_ns = format!("ns-{}", uid.unwrap_or_default());
-        namespace(&self.hub, &hub_ns, &[("edgegate-soak", "true")]).await;
+        let _ = try_namespace(&self.hub, &hub_ns, &[("edgegate-soak", "true")]).await;
         let mut space = Space { id, interfaces: BTreeMap::new(), next: 0 };
         for (svc, app) in SERVICES.iter().zip(APPS) {
             let _ = put(&self.project, &name, "NetworkService", svc, service(app)).await;
