@@ -208,10 +208,20 @@ impl Checker {
         }
         if let Some(last) = truth.last_served.get(&addr_key).filter(|t| at.duration_since(**t) < self.window) {
             let ago = at.duration_since(*last);
+            // The checker's own history of the address, to tell its view's lag from edgegate's.
+            let before = |t: Option<&Instant>| t.map(|t| format!("{:.1?} before", at.saturating_duration_since(*t)));
+            let history = format!(
+                "served without a break since: {:?}; last break began: {:?}; relisted: {relisted}",
+                before(truth.served_since.get(&addr_key)),
+                before(truth.streak_ended.get(&addr_key)),
+            );
             drop(truth);
             self.violation(
                 1,
-                format!("copy {}/{} ({}) deleted {ago:.1?} after its address was served", k.0, k.1, addr_key.1),
+                format!(
+                    "copy {}/{} ({}) deleted {ago:.1?} after its address was served ({history})",
+                    k.0, k.1, addr_key.1
+                ),
             );
             return;
         }
