@@ -114,6 +114,7 @@ fn start(
         projects: Arc::clone(&engaged.projects),
         force_ownership: false,
         withdrawals: Mutex::new(Hold::new(Duration::ZERO)),
+        unwritten: Mutex::new(edgegate::core::unwritten::Unwritten::new(Duration::ZERO)),
         again: None,
         leader,
         metrics: Arc::new(Metrics::new()),
@@ -224,4 +225,45 @@ async fn an_equal_record_is_not_written_and_a_missing_hub_namespace_waits() {
     settle().await;
     assert_eq!(h.producer.pass(&[Trigger::Hub(Change::All)]).await, [Written::NoHubNamespace]);
     assert!(h.hub_log.lock().expect("log").iter().all(|s| s.method == "GET"));
+}
+
+/// An address the answer named while the producer could not write (not leading here; the hub
+/// restarting or unreadable is the same gap) served a moment ago: the first write after names it
+/// too, held like any withdrawal, or the pruner would withdraw a pod that served a moment ago
+/// sooner than `--withdraw-after` plus its grace. It leaves the record after `--withdraw-after`.
+#[tokio::test]
+async fn what_served_while_nothing_could_be_written_is_named_by_the_first_write_after() {
+    use edgegate::core::project::NetworkInterface;
+    use edgegate::index::project::KindWriter;
+    use edgegate::index::source::follow::SnapshotSink;
+    let withdraw_after = Duration::from_millis(1500);
+    let mut h = start(project(None, None), hub(vec![]));
+    let (leader, grant) = edgegate::runtime::lease::Grant::new();
+    h.producer.leader = leader;
+    h.producer.withdrawals = Mutex::new(Hold::new(withdraw_after));
+    h.producer.unwritten = Mutex::new(edgegate::core::unwritten::Unwritten::new(withdraw_after));
+    until("the project and the hub listed", || project_synced(&h) && h.producer.view.synced()).await;
+    // Not leading: both interfaces serve, and nothing is written.
+    assert_eq!(h.producer.pass(&[Trigger::Hub(Change::All)]).await, [Written::Skipped]);
+    // Interface b (fd20::1) stops serving, still unwritten.
+    let index = Arc::clone(h.producer.projects.read().expect("projects").get("acme").expect("engaged"));
+    let (tx, _changes) = mpsc::unbounded_channel();
+    let unbound: NetworkInterface = serde_json::from_value(json!({
+        "metadata": {"name": "b", "namespace": "p", "labels": {"app": "web"}},
+        "spec": {"addresses": [{"address": "fd20::1"}]}, "status": {"phase": "Available"}}))
+    .expect("interface");
+    KindWriter::new(index, tx).applied(unbound);
+    assert_eq!(h.producer.pass(&[Trigger::Hub(Change::All)]).await, [Written::Skipped]);
+    // Leading now: fd20::1 served a moment ago, so the record names it.
+    grant.until(Some(std::time::Instant::now() + Duration::from_secs(60)));
+    assert_eq!(h.producer.pass(&[Trigger::Hub(Change::All)]).await, [Written::Applied]);
+    let written = |h: &Harness| -> Vec<Value> {
+        let log = h.hub_log.lock().expect("log");
+        log.iter().filter(|s| s.method == "PATCH").map(|s| s.body["spec"]["addresses"].clone()).collect()
+    };
+    assert_eq!(written(&h), [json!(["fd20::1", "fd20::2"])]);
+    // --withdraw-after later it leaves like any withdrawal.
+    tokio::time::sleep(withdraw_after + Duration::from_millis(100)).await;
+    assert_eq!(h.producer.pass(&[Trigger::Hub(Change::All)]).await, [Written::Applied]);
+    assert_eq!(written(&h), [json!(["fd20::1", "fd20::2"]), json!(["fd20::2"])]);
 }

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use edgegate::core::crd::MAX_RECORD_ADDRESSES;
 use edgegate::core::hold::Hold;
+use edgegate::core::unwritten::Unwritten;
 use edgegate::index::Change;
 use edgegate::index::hub::HubView;
 use edgegate::index::project::ProjectIndex;
@@ -98,6 +99,8 @@ pub struct Producer {
     pub force_ownership: bool,
     /// Addresses the answer lacks, held in the record until lacked for `--withdraw-after`.
     pub withdrawals: Mutex<Hold<Withdrawal>>,
+    /// What the answer named while nothing could be written: the next write names it too.
+    pub unwritten: Mutex<Unwritten>,
     /// Where a hub namespace is sent to be recomputed once a held address is due to leave.
     pub again: Option<mpsc::UnboundedSender<Trigger>>,
     /// Whether this replica may write now.
@@ -123,6 +126,12 @@ impl Producer {
             // Nothing observed now: a withdrawal's run must not span the gap (the answer may
             // have named the address again meanwhile, unseen); it starts again at the next look.
             self.end_withdrawals(|ns| ns == hub_ns);
+            if index.synced() {
+                // The project is seen, only nothing can be written: what serves meanwhile is
+                // named by the first write after, even if it has stopped serving by then.
+                let answer = index.reachable(namespace).addresses;
+                lock(&self.unwritten).observe(&hub_ns, &answer, Instant::now());
+            }
             return Written::Skipped;
         }
         if !self.view.has_namespace(&hub_ns) {
@@ -130,13 +139,18 @@ impl Producer {
             return Written::NoHubNamespace;
         }
         let started = Instant::now();
+        let recent = lock(&self.unwritten).recent(&hub_ns, started);
         let (changed, before) = self
             .view
             .with_record(&hub_ns, |current| (index.changed_answer(namespace, current), current.map(<[String]>::len)));
         self.metrics.recompute(started.elapsed());
-        let Some(answer) = changed else {
-            self.hold_withdrawals(&hub_ns, Vec::new());
-            return Written::Unchanged;
+        let answer = match changed {
+            Some(answer) => answer,
+            None if recent.is_empty() => {
+                self.hold_withdrawals(&hub_ns, Vec::new());
+                return Written::Unchanged;
+            }
+            None => index.reachable(namespace),
         };
         for (service, why) in &answer.bad_selectors {
             tracing::warn!(
@@ -147,8 +161,9 @@ impl Producer {
                 "NetworkService selector cannot be evaluated; it contributes nothing"
             );
         }
-        let addresses = self.with_held_withdrawals(&hub_ns, answer.addresses);
+        let addresses = self.with_held_withdrawals(&hub_ns, answer.addresses, recent);
         if self.view.with_record(&hub_ns, |current| current == Some(addresses.as_slice())) {
+            lock(&self.unwritten).written(&hub_ns);
             return Written::Unchanged; // what changed is only held withdrawals
         }
         if addresses.len() > MAX_RECORD_ADDRESSES {
@@ -183,6 +198,7 @@ impl Producer {
                 );
                 self.metrics.addresses(addresses.len());
                 self.view.wrote(&hub_ns, addresses);
+                lock(&self.unwritten).written(&hub_ns);
                 Written::Applied
             }
             Err(kube::Error::Api(status)) if status.code == 409 => {
@@ -274,15 +290,15 @@ impl Producer {
         self.withdrawals.lock().unwrap_or_else(std::sync::PoisonError::into_inner).end(|(ns, _)| which(ns));
     }
 
-    /// The answer plus the addresses the record names that the answer has lacked for less than
-    /// `--withdraw-after`, sorted as the answer is. Held addresses never push the record over
-    /// the limit: an answer that fits is written, with as many held ones as fit beside it (an
-    /// addition must not wait for a withdrawal).
-    fn with_held_withdrawals(&self, hub_ns: &str, answer: Vec<String>) -> Vec<String> {
+    /// The answer plus the addresses the record names (or `recent`ly served, unwritten) that the
+    /// answer has lacked for less than `--withdraw-after`, sorted as the answer is. Held
+    /// addresses never push the record over the limit: an answer that fits is written, with as
+    /// many held ones as fit beside it (an addition must not wait for a withdrawal).
+    fn with_held_withdrawals(&self, hub_ns: &str, answer: Vec<String>, recent: Vec<String>) -> Vec<String> {
         let lacking: Vec<String> = self.view.with_record(hub_ns, |current| {
-            let Some(current) = current else { return Vec::new() };
             let answer: std::collections::HashSet<&str> = answer.iter().map(String::as_str).collect();
-            current.iter().filter(|a| !answer.contains(a.as_str())).cloned().collect()
+            let named: BTreeSet<&String> = current.unwrap_or_default().iter().chain(&recent).collect();
+            named.into_iter().filter(|a| !answer.contains(a.as_str())).cloned().collect()
         });
         let mut held = self.hold_withdrawals(hub_ns, lacking);
         if held.is_empty() || answer.len() > MAX_RECORD_ADDRESSES {
@@ -377,6 +393,7 @@ impl Producer {
                 .flat_map(|(_, index)| index.namespaces().into_iter().map(|(_, uid)| format!("ns-{uid}")))
                 .collect();
             self.end_withdrawals(|ns| !live.contains(ns));
+            lock(&self.unwritten).retain(|ns| live.contains(ns));
         }
         let mut seen = BTreeSet::new();
         let mut outcomes = Vec::new();

@@ -63,6 +63,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         projects: Arc::clone(&engaged.projects),
         force_ownership: args.force_ownership,
         withdrawals: Mutex::new(Hold::new(args.withdraw_after)),
+        unwritten: Mutex::new(edgegate::core::unwritten::Unwritten::new(args.withdraw_after)),
         again: Some(triggers_tx),
         leader: controller.leader.clone(),
         metrics: Arc::clone(&metrics),

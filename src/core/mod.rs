@@ -47,3 +47,4 @@ pub mod record;
 pub mod selector;
 pub mod slice;
 pub mod trim;
+pub mod unwritten;

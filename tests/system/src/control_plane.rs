@@ -85,7 +85,9 @@ stop() { kill $child 2>/dev/null; for _ in 1 2 3 4 5 6; do kill -0 $child 2>/dev
 trap stop TERM INT
 while kill -0 "$WATCHED" 2>/dev/null && kill -0 $child 2>/dev/null; do sleep 0.3; done
 stop"#;
-    let log = std::fs::File::create(log).expect("log file");
+    // Appended to: a program started again (a restart, or a port used again) keeps the earlier
+    // run's lines, which are what explains a fault afterwards.
+    let log = std::fs::OpenOptions::new().create(true).append(true).open(log).expect("log file");
     Command::new("sh")
         .arg("-c")
         .arg(script)
@@ -105,8 +107,8 @@ impl ControlPlane {
         ControlPlane::start(false)
     }
 
-    /// [`ControlPlane::own`] with an audit log of every write, at `dir/audit.log` (JSON lines,
-    /// level Metadata): who wrote what, when.
+    /// [`ControlPlane::own`] with an audit log of every write, at `dir/audit.log` (JSON lines):
+    /// who wrote what, when, and for the project's kinds and the records what they wrote.
     pub fn own_audited() -> ControlPlane {
         ControlPlane::start(true)
     }
@@ -272,7 +274,10 @@ impl ControlPlane {
             "--v=1".into(),
         ];
         if audited {
+            // The project's objects and the records with their bodies (what was written, to replay
+            // who saw what when); everything else only who wrote it.
             let policy = "apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [RequestReceived]\nrules:\n\
+                          - level: Request\n  verbs: [create, update, patch, delete]\n  resources: [{group: networking.datumapis.com}]\n\
                           - level: Metadata\n  verbs: [create, update, patch, delete, deletecollection]\n- level: None\n";
             std::fs::write(dir.join("audit-policy.yaml"), policy).expect("audit policy");
             apiserver_args.push(format!("--audit-policy-file={}", d("audit-policy.yaml")));

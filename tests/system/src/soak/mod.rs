@@ -228,6 +228,18 @@ pub async fn run(config: Config) -> Report {
         findings.raced
     );
     eprintln!("soak: readiness after each fault: {readiness:.1?}");
+    let lag = view.lag.lock().expect("lag");
+    eprintln!(
+        "soak: the checker's view of the project: {} changes received, the latest {:.1?} after it was written (1 s stamps); more than {:?} late: {}",
+        lag.changes,
+        lag.max,
+        project::LATE,
+        lag.late.len()
+    );
+    for (at, by) in lag.late.iter().take(30) {
+        eprintln!("soak:   at {:.1?}: {by:.1?} late", at.saturating_duration_since(checker.started));
+    }
+    drop(lag);
     let peaks = peak_writes_per_second(&world.hub_cp.dir.join("audit.log"));
     for ((who, verb, resource), peak) in peaks.iter().filter(|((who, _, _), _)| who.starts_with("edgegate-")) {
         eprintln!("soak: audit log: {who} {verb} {resource}: at most {peak} in one second");

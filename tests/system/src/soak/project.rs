@@ -5,6 +5,10 @@
 //! `matchLabels` selector → the `Bound` NetworkInterfaces it picks → their addresses.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use kube::api::{ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams};
 use kube::{Api, Client};
@@ -114,34 +118,72 @@ pub fn pods(objects: &Objects) -> BTreeMap<String, String> {
 pub struct ProjectView {
     namespaces: kube::runtime::reflector::Store<k8s_openapi::api::core::v1::Namespace>,
     kinds: Vec<kube::runtime::reflector::Store<DynamicObject>>,
+    pub lag: Arc<Mutex<Lag>>,
 }
 
-fn reflect<K>(api: Api<K>, writer: kube::runtime::reflector::store::Writer<K>)
+/// How far behind the project the view runs: for each change it receives, now less the object's
+/// newest `managedFields` time (which the API server stamps, to the second). A view that trails
+/// the project by seconds would flag withdrawals the producer timed right: the report says
+/// whether it did.
+#[derive(Default)]
+pub struct Lag {
+    /// Changes received, and the most any of them trailed.
+    pub changes: u64,
+    pub max: Duration,
+    /// When each change that trailed by more than [`LATE`] arrived, and by how much.
+    pub late: Vec<(Instant, Duration)>,
+}
+
+/// More than the stamp's own resolution (1 s) and a loaded machine's delay.
+pub const LATE: Duration = Duration::from_millis(2500);
+
+fn note_lag(lag: &Mutex<Lag>, meta: &ObjectMeta) {
+    let newest =
+        meta.managed_fields.iter().flatten().filter_map(|f| f.time.as_ref()).map(|t| t.0.as_millisecond()).max();
+    let Some(newest) = newest else { return };
+    let now = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(0));
+    let trailed = Duration::from_millis(u64::try_from(now - newest).unwrap_or(0));
+    let mut lag = lag.lock().expect("lag");
+    lag.changes += 1;
+    lag.max = lag.max.max(trailed);
+    if trailed > LATE && lag.late.len() < 1000 {
+        lag.late.push((Instant::now(), trailed));
+    }
+}
+
+fn reflect<K>(api: Api<K>, writer: kube::runtime::reflector::store::Writer<K>, lag: Option<Arc<Mutex<Lag>>>)
 where
     K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
     K::DynamicType: Clone + Eq + std::hash::Hash,
 {
     use futures::StreamExt;
     use kube::runtime::{WatchStreamExt, reflector, watcher};
-    let stream = reflector(writer, watcher(api, watcher::Config::default()).default_backoff()).touched_objects();
-    tokio::spawn(stream.for_each(|_| async {}));
+    let stream = reflector(writer, watcher(api, watcher::Config::default()).default_backoff());
+    tokio::spawn(stream.for_each(move |event| {
+        // Only live changes: a (re-)list brings objects written long ago.
+        if let (Some(lag), Ok(watcher::Event::Apply(object))) = (&lag, &event) {
+            note_lag(lag, object.meta());
+        }
+        async {}
+    }));
 }
 
 impl ProjectView {
     pub fn start(client: &Client) -> ProjectView {
         let (namespaces, writer) = kube::runtime::reflector::store();
-        reflect(Api::<k8s_openapi::api::core::v1::Namespace>::all(client.clone()), writer);
+        reflect(Api::<k8s_openapi::api::core::v1::Namespace>::all(client.clone()), writer, None);
+        let lag = Arc::<Mutex<Lag>>::default();
         let kinds = KINDS
             .iter()
             .map(|(kind, plural)| {
                 let resource = resource(kind, plural);
                 let writer = kube::runtime::reflector::store::Writer::new(resource.clone());
                 let store = writer.as_reader();
-                reflect(Api::<DynamicObject>::all_with(client.clone(), &resource), writer);
+                reflect(Api::<DynamicObject>::all_with(client.clone(), &resource), writer, Some(Arc::clone(&lag)));
                 store
             })
             .collect();
-        ProjectView { namespaces, kinds }
+        ProjectView { namespaces, kinds, lag }
     }
 
     /// Wait until every watch has listed once.

@@ -45,7 +45,7 @@ fn dev_secret() -> Secret {
 
 impl World {
     pub async fn start(config: Config) -> World {
-        let (hub_cp, project_cp) = (Arc::new(ControlPlane::own_audited()), Arc::new(ControlPlane::own()));
+        let (hub_cp, project_cp) = (Arc::new(ControlPlane::own_audited()), Arc::new(ControlPlane::own_audited()));
         hub_cp.start_controller_manager();
         project_cp.start_controller_manager();
         let (hub, project) = (hub_cp.client().await, project_cp.client().await);
