@@ -39,6 +39,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         Arc::clone(&current),
         triggers_tx.clone(),
         renew_every,
+        args.withdraw_after,
     ));
     let controller = Controller::start(&args.hub, &lease).await?;
     let hub = controller.hub.clone();
@@ -84,33 +85,44 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
 /// watch failed and listed again between two renewals, a project engaged) asks for such a pass.
 /// So does a write of the Lease that comes longer than two renewals after the last one: a
 /// process that was paused, or did not lead, has events it has not read yet.
+///
+/// With the word it says for how long its records have named everything served: its projects'
+/// watches have been whole without a break for that long plus `--withdraw-after` (what served
+/// before it watched, it cannot know; what stopped serving since it watched stays named for
+/// `--withdraw-after`). Until then, a producer just started or watching again gives no word.
 fn word(
     view: Arc<HubView>,
     projects: Projects,
     current: Current,
     again: mpsc::UnboundedSender<Trigger>,
     renew_every: std::time::Duration,
+    withdraw_after: std::time::Duration,
 ) -> Word {
     let last_write = Mutex::new(None::<std::time::Instant>);
+    // Since when the Lease has been written without a gap: a paused process replays its events
+    // in a burst, and what was added and removed within it no answer saw.
+    let attentive_since = Mutex::new(std::time::Instant::now());
     Word(Arc::new(move || {
         let now = std::time::Instant::now();
         let gap = lock(&last_write).replace(now).map(|last| now.saturating_duration_since(last));
         if gap.is_none_or(|gap| gap > 2 * renew_every + std::time::Duration::from_secs(1)) {
             *lock(&current) = WordState::default();
+            *lock(&attentive_since) = now;
         }
         if !whole(&view, &projects) {
-            return false;
+            return None;
         }
         let seen = marks(&view, &projects);
         let mut word = lock(&current);
         if word.current.as_ref() == Some(&seen) {
-            return true;
+            let attentive_for = now.saturating_duration_since(*lock(&attentive_since));
+            return watched_for(&projects, now)?.min(attentive_for).checked_sub(withdraw_after);
         }
         if word.asked.as_ref() != Some(&seen) {
             let _ = again.send(Trigger::Hub(Change::All));
             word.asked = Some(seen);
         }
-        false
+        None
     }))
 }
 
@@ -140,6 +152,13 @@ pub fn marks(view: &HubView, projects: &Projects) -> Marks {
         hub: view.unsyncs(),
         projects: projects.iter().map(|(n, p)| (n.clone(), p.engagement(), p.unsyncs())).collect(),
     }
+}
+
+/// For how long every engaged project's watches have been whole without a break (`None` while
+/// any is not: `None` is the least of the options).
+fn watched_for(projects: &Projects, now: std::time::Instant) -> Option<std::time::Duration> {
+    let projects = projects.read().unwrap_or_else(std::sync::PoisonError::into_inner);
+    projects.values().map(|p| p.whole_for(now)).min().flatten()
 }
 
 /// The hub and at least one project engaged, each synced.

@@ -42,7 +42,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     }
     let word = args.producer_lease.as_ref().map(|name| {
         let lease = Api::namespaced(controller.hub.clone(), &args.lease.lease_namespace);
-        Arc::new(ProducerWord::new(lease, name.clone(), changes_tx.clone()))
+        Arc::new(ProducerWord::new(lease, name.clone(), args.grace, changes_tx.clone()))
     });
     let admin = Admin {
         records: Arc::clone(&records),

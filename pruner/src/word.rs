@@ -8,13 +8,18 @@
 //! Told only by this process's own reads of the Lease, made while a deletion waits, each stamped
 //! with when it was sent: a read sent after the copy fell due, and a later one showing another
 //! `renewTime` with the word, mean the producer renewed in between. A failed read tells nothing.
+//!
+//! The word also says for how long the records have named everything served: a producer that
+//! has only just started watching its projects (or watches again after a break) cannot know what
+//! served before. A deletion also waits until that covers its grace, so an address that served
+//! while nobody watched is withdrawn no sooner than one the producer saw stop serving.
 
 use std::collections::{BTreeSet, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use edgegate::index::Change;
-use edgegate::runtime::lease::word_given;
+use edgegate::runtime::lease::{word_complete_for, word_given};
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::Api;
 use tokio::sync::mpsc;
@@ -35,11 +40,15 @@ const KEPT: usize = 64;
 struct Read {
     /// When the GET was sent: the state it saw is at least this recent.
     sent: Instant,
+    /// When its answer came: the state it saw is no more recent than this.
+    received: Instant,
     /// `renewTime` as written (empty: none, or no Lease).
     renewed: String,
     word: bool,
     /// The producer's renewal period (a fifth of `leaseDurationSeconds`).
     renew_every: Duration,
+    /// With the word: for how long before that renewal the records named everything served.
+    complete_for: Option<Duration>,
 }
 
 #[derive(Debug, Default)]
@@ -57,24 +66,26 @@ struct State {
 pub struct ProducerWord {
     lease: Api<Lease>,
     name: String,
+    /// The pruner's `--grace`: how long before a deletion the records must have been complete.
+    grace: Duration,
     state: Mutex<State>,
     /// Where a waiting namespace is sent to be passed over again.
     again: mpsc::UnboundedSender<Change>,
 }
 
 impl ProducerWord {
-    pub fn new(lease: Api<Lease>, name: String, again: mpsc::UnboundedSender<Change>) -> Self {
-        ProducerWord { lease, name, state: Mutex::default(), again }
+    pub fn new(lease: Api<Lease>, name: String, grace: Duration, again: mpsc::UnboundedSender<Change>) -> Self {
+        ProducerWord { lease, name, grace, state: Mutex::default(), again }
     }
 
     fn state(&self) -> std::sync::MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// Has the producer renewed with its word since `due`, recently, and does the Lease still
-    /// carry it?
+    /// Has the producer renewed with its word since `due`, recently, does the Lease still carry
+    /// it, and have its records been complete for the grace?
     pub fn given_since(&self, due: Instant, now: Instant) -> bool {
-        given_since(&self.state().reads, due, now)
+        given_since(&self.state().reads, due, now, self.grace)
     }
 
     /// A deletion in `namespace` waits for the word: read the Lease until it stands, then pass
@@ -103,7 +114,7 @@ impl ProducerWord {
         loop {
             let sent = Instant::now();
             let read = match self.lease.get_opt(&self.name).await {
-                Ok(lease) => Some(read(sent, lease.as_ref())),
+                Ok(lease) => Some(read(sent, Instant::now(), lease.as_ref())),
                 Err(error) => {
                     tracing::warn!(lease = %self.name, %error, "reading the producer's Lease failed; deletions wait");
                     None
@@ -122,7 +133,7 @@ impl ProducerWord {
                     .reads
                     .iter()
                     .find(|r| state.held_since.is_some_and(|h| r.sent >= h))
-                    .is_some_and(|first| given_since(&state.reads, first.sent, Instant::now()));
+                    .is_some_and(|first| given_since(&state.reads, first.sent, Instant::now(), self.grace));
                 if stands {
                     state.held_since = None;
                     std::mem::take(&mut state.waiting).into_iter().collect()
@@ -144,7 +155,7 @@ impl ProducerWord {
     }
 }
 
-fn read(sent: Instant, lease: Option<&Lease>) -> Read {
+fn read(sent: Instant, received: Instant, lease: Option<&Lease>) -> Read {
     let spec = lease.and_then(|l| l.spec.as_ref());
     let renewed = spec
         .and_then(|s| s.renew_time.as_ref())
@@ -152,24 +163,38 @@ fn read(sent: Instant, lease: Option<&Lease>) -> Read {
         .and_then(|v| v.as_str().map(str::to_owned))
         .unwrap_or_default();
     let seconds = spec.and_then(|s| s.lease_duration_seconds).and_then(|s| u64::try_from(s).ok()).unwrap_or(15);
-    Read { sent, renewed, word: lease.is_some_and(word_given), renew_every: Duration::from_secs(seconds) / 5 }
+    Read {
+        sent,
+        received,
+        renewed,
+        word: lease.is_some_and(word_given),
+        renew_every: Duration::from_secs(seconds) / 5,
+        complete_for: lease.and_then(word_complete_for),
+    }
 }
 
 /// The word stands for `due`: the latest read carries it and is recent; its renewal was first
 /// read recently (within a renewal period and two reads: a producer that stopped renewing gives
-/// no word, however often the same Lease is read); and a read sent after `due` showed another
-/// renewal, so the producer renewed after `due`.
-fn given_since(reads: &VecDeque<Read>, due: Instant, now: Instant) -> bool {
+/// no word, however often the same Lease is read); a read sent after `due` showed another
+/// renewal, so the producer renewed after `due`; and the records have been complete for `grace`
+/// by now (that renewal was written before the first answer showing it came, so counting from
+/// that answer says no more than is so). A producer that does not say how long (an older one) is
+/// taken at its word as before.
+fn given_since(reads: &VecDeque<Read>, due: Instant, now: Instant, grace: Duration) -> bool {
     let Some(latest) = reads.back() else { return false };
     if !latest.word || latest.renewed.is_empty() {
         return false;
     }
-    let Some(first_seen) = reads.iter().find(|r| r.renewed == latest.renewed).map(|r| r.sent) else { return false };
+    let Some(first) = reads.iter().find(|r| r.renewed == latest.renewed) else { return false };
+    let (first_seen, first_answered) = (first.sent, first.received);
     let recent = latest.renew_every + 2 * POLL + Duration::from_secs(1);
     if now.saturating_duration_since(latest.sent) > recent || now.saturating_duration_since(first_seen) > recent {
         return false;
     }
-    reads.iter().any(|r| r.sent >= due && r.renewed != latest.renewed)
+    let complete = latest
+        .complete_for
+        .is_none_or(|complete| grace.saturating_sub(now.saturating_duration_since(first_answered)) <= complete);
+    complete && reads.iter().any(|r| r.sent >= due && r.renewed != latest.renewed)
 }
 
 #[cfg(test)]
@@ -180,9 +205,11 @@ mod tests {
         list.iter()
             .map(|(s, renewed, word)| Read {
                 sent: t0 + Duration::from_secs(*s),
+                received: t0 + Duration::from_secs(*s),
                 renewed: (*renewed).to_owned(),
                 word: *word,
                 renew_every: Duration::from_secs(3),
+                complete_for: None,
             })
             .collect()
     }
@@ -193,18 +220,37 @@ mod tests {
         let at = |s| t0 + Duration::from_secs(s);
         // Due at 10 s; read at 10 s (renewed a), then 11 s (renewed b, with the word).
         let r = reads(t0, &[(10, "a", true), (11, "b", true)]);
-        assert!(given_since(&r, at(10), at(11)));
+        assert!(given_since(&r, at(10), at(11), Duration::ZERO));
         // Only reads sent before the moment: the renewal seen may have been before it.
-        assert!(!given_since(&r, at(10) + Duration::from_millis(1), at(11)));
+        assert!(!given_since(&r, at(10) + Duration::from_millis(1), at(11), Duration::ZERO));
         // The same renewal read again (a label or annotation changed, a read retried).
-        assert!(!given_since(&reads(t0, &[(10, "b", true), (11, "b", true)]), at(10), at(11)));
+        assert!(!given_since(&reads(t0, &[(10, "b", true), (11, "b", true)]), at(10), at(11), Duration::ZERO));
         // Renewed since, but that renewal takes the word back.
-        assert!(!given_since(&reads(t0, &[(10, "a", true), (11, "b", false)]), at(10), at(11)));
+        assert!(!given_since(&reads(t0, &[(10, "a", true), (11, "b", false)]), at(10), at(11), Duration::ZERO));
         // The latest read too old to stand for now (renewal period 3 s, two reads, a second).
-        assert!(!given_since(&r, at(10), at(18)));
+        assert!(!given_since(&r, at(10), at(18), Duration::ZERO));
         // The Lease gone, or never read.
-        assert!(!given_since(&reads(t0, &[(10, "a", true), (11, "", false)]), at(10), at(11)));
-        assert!(!given_since(&VecDeque::new(), at(10), at(11)));
+        assert!(!given_since(&reads(t0, &[(10, "a", true), (11, "", false)]), at(10), at(11), Duration::ZERO));
+        assert!(!given_since(&VecDeque::new(), at(10), at(11), Duration::ZERO));
+    }
+
+    #[test]
+    fn the_records_must_have_been_complete_for_the_grace() {
+        let t0 = Instant::now();
+        let at = |s| t0 + Duration::from_secs(s);
+        let grace = Duration::from_secs(5);
+        // A producer watching again since shortly before: renewed b, first read at 11 s, saying
+        // its records have been complete for 2 s. What served before that it cannot know: the
+        // word stands for a grace only from 11 − 2 + 5 = 14 s.
+        let mut r = reads(t0, &[(10, "a", true), (11, "b", true)]);
+        r.iter_mut().for_each(|read| read.complete_for = Some(Duration::from_secs(2)));
+        assert!(!given_since(&r, at(10), at(11), grace));
+        assert!(!given_since(&r, at(10), at(13), grace));
+        r.push_back(Read { sent: at(14), received: at(14), ..r[1].clone() });
+        assert!(given_since(&r, at(10), at(14), grace));
+        // Complete for long: at once, as before.
+        r.iter_mut().for_each(|read| read.complete_for = Some(Duration::from_secs(3600)));
+        assert!(given_since(&r, at(10), at(11), grace));
     }
 
     #[test]
@@ -215,6 +261,6 @@ mod tests {
         let list: Vec<(u64, &str, bool)> =
             [(10, "a", true)].into_iter().chain((11..=30).map(|s| (s, "b", true))).collect();
         let r = reads(t0, &list);
-        assert!(!given_since(&r, at(10), at(30)), "b was first read at 11 s: no renewal since");
+        assert!(!given_since(&r, at(10), at(30), Duration::ZERO), "b was first read at 11 s: no renewal since");
     }
 }

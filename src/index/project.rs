@@ -4,7 +4,8 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
 
 use kube::runtime::watcher;
 use tokio::sync::mpsc::UnboundedSender;
@@ -27,6 +28,9 @@ pub struct ProjectIndex {
     synced: [AtomicBool; KINDS],
     /// How many times a watch has failed: a project that was whole, then was not, is another view.
     unsyncs: AtomicU64,
+    /// Since when every watch has been whole without a break: what served before that, unseen,
+    /// no answer can tell.
+    whole_since: Mutex<Option<Instant>>,
     /// Which index this is, of every one made in this process: a project engaged again is
     /// another view.
     engagement: u64,
@@ -40,6 +44,7 @@ impl Default for ProjectIndex {
             uids: RwLock::default(),
             synced: Default::default(),
             unsyncs: AtomicU64::new(0),
+            whole_since: Mutex::default(),
             engagement: MADE.fetch_add(1, Ordering::Relaxed),
         }
     }
@@ -49,6 +54,21 @@ impl ProjectIndex {
     /// Every watch listed whole and followed without an error since.
     pub fn synced(&self) -> bool {
         self.synced.iter().all(|s| s.load(Ordering::Acquire))
+    }
+
+    /// For how long every watch has been whole without a break, at `now`; `None` while not.
+    pub fn whole_for(&self, now: Instant) -> Option<Duration> {
+        let since = *self.whole_since.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        since.filter(|_| self.synced()).map(|since| now.saturating_duration_since(since))
+    }
+
+    /// A watch listed: if that made every one whole, the unbroken run starts now.
+    fn listed(&self, slot: usize) {
+        self.synced[slot].store(true, Ordering::Release);
+        let mut since = self.whole_since.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if self.synced() && since.is_none() {
+            *since = Some(Instant::now());
+        }
     }
 
     /// How many times a watch has failed so far.
@@ -158,6 +178,7 @@ impl KindWriter {
     fn unsync(&mut self, slot: usize, error: &watcher::Error, kind: &str) {
         self.index.synced[slot].store(false, Ordering::Release);
         self.index.unsyncs.fetch_add(1, Ordering::AcqRel);
+        *self.index.whole_since.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = None;
         tracing::warn!(%error, kind, "project watch failed; no writes for this project until it is listed again");
     }
 }
@@ -179,7 +200,7 @@ impl<K: Indexed> SnapshotSink<K> for KindWriter {
                 K::map(namespaces.entry(ns).or_default()).insert(name, object);
             }
         }
-        self.index.synced[K::SLOT].store(true, Ordering::Release);
+        self.index.listed(K::SLOT);
         let _ = self.changes.send(Change::All);
     }
 
@@ -205,7 +226,7 @@ impl<K: Indexed> SnapshotSink<K> for KindWriter {
 impl SnapshotSink<NamespaceMeta> for KindWriter {
     fn replace(&mut self, list: Vec<NamespaceMeta>) {
         *write(&self.index.uids) = list.iter().filter_map(name_and_uid).collect();
-        self.index.synced[NAMESPACE_SLOT].store(true, Ordering::Release);
+        self.index.listed(NAMESPACE_SLOT);
         let _ = self.changes.send(Change::All);
     }
 
@@ -262,11 +283,19 @@ mod tests {
         interfaces.relist_started();
         interfaces.relist_done();
         assert!(index.synced());
+        assert!(index.whole_for(std::time::Instant::now()).is_some());
         assert_eq!(index.uid("p").as_deref(), Some("u-1"));
         assert_eq!(rx.try_recv(), Ok(Change::All));
         slices.applied(copy("p", "vm-2", &["fd00::2"]));
         assert_eq!(index.len(), 2);
+        std::thread::sleep(Duration::from_millis(2));
+        let before_failure = std::time::Instant::now();
+        assert!(index.whole_for(before_failure).is_some_and(|d| d > Duration::ZERO));
         slices.failed(&watcher::Error::NoResourceVersion);
         assert!(!index.synced(), "a watch error unsyncs the project");
+        assert_eq!(index.whole_for(std::time::Instant::now()), None);
+        slices.relist_started();
+        slices.relist_done();
+        assert_eq!(index.whole_for(before_failure), Some(Duration::ZERO), "the run starts again at the relist");
     }
 }

@@ -23,6 +23,21 @@ use tokio_util::sync::CancellationToken;
 /// binary's renewal that keeps an annotation it does not know, a release, gives none).
 pub const CURRENT_ANNOTATION: &str = "edgegate.datumapis.com/records-current-at";
 
+/// Given with the word, on the same write: for how long before that write the holder's records
+/// have named everything served (seconds, to the millisecond). A holder that has only just
+/// started watching, or watched again after a break, cannot know what served before: it says
+/// so, and whoever acts on the word waits for that to be covered.
+pub const COMPLETE_ANNOTATION: &str = "edgegate.datumapis.com/records-complete-for";
+
+/// For how long before the write carrying the word its records named everything served, when
+/// the Lease carries the word and says ([`COMPLETE_ANNOTATION`]); a value that cannot be read
+/// (negative, not a number) says nothing is complete yet. `None`: no word, or not said.
+pub fn word_complete_for(lease: &Lease) -> Option<Duration> {
+    let value = lease.metadata.annotations.as_ref()?.get(COMPLETE_ANNOTATION)?;
+    let seconds = value.parse::<f64>().ok().and_then(|s| Duration::try_from_secs_f64(s).ok());
+    word_given(lease).then(|| seconds.unwrap_or_default())
+}
+
 /// Does this state of the Lease carry its holder's word: held, and the annotation naming the
 /// very `renewTime` of the write that set it?
 pub fn word_given(lease: &Lease) -> bool {
@@ -37,10 +52,11 @@ fn micro_time(at: &MicroTime) -> Option<String> {
     serde_json::to_value(at).ok().and_then(|v| v.as_str().map(str::to_owned))
 }
 
-/// Asked at each write of the Lease: is what this holder writes current now? Another controller
-/// that acts on those writes (the pruner on the producer's records) watches the Lease for it.
+/// Asked at each write of the Lease: is what this holder writes current now, and since how long
+/// has it named everything (`None`: no word)? Another controller that acts on those writes (the
+/// pruner on the producer's records) reads the Lease for it.
 #[derive(Clone)]
-pub struct Word(pub Arc<dyn Fn() -> bool + Send + Sync>);
+pub struct Word(pub Arc<dyn Fn() -> Option<Duration> + Send + Sync>);
 
 impl std::fmt::Debug for Word {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -57,7 +73,7 @@ pub struct LeaseConfig {
     pub duration: Duration,
     /// No election: this replica always leads (run exactly one).
     pub disabled: bool,
-    /// Given on every write of the Lease as [`CURRENT_ANNOTATION`].
+    /// Given on every write of the Lease as [`CURRENT_ANNOTATION`] and [`COMPLETE_ANNOTATION`].
     pub word: Option<Word>,
 }
 
@@ -278,6 +294,7 @@ impl Elector {
         lease.spec = Some(spec);
         if let Some(annotations) = lease.metadata.annotations.as_mut() {
             annotations.remove(CURRENT_ANNOTATION);
+            annotations.remove(COMPLETE_ANNOTATION);
         }
         match self.api.replace(&self.config.name, &PostParams::default(), &lease).await {
             Ok(_) => tracing::info!(lease = %self.config.name, "released the lease"),
@@ -285,15 +302,24 @@ impl Elector {
         }
     }
 
-    /// The holder's word, as it stands at this write: the write's `renewTime`, or nothing.
+    /// The holder's word, as it stands at this write: the write's `renewTime` and how long its
+    /// records have been complete, or nothing.
     fn give_word(&self, lease: &mut Lease) {
         let Some(Word(current)) = &self.config.word else { return };
         let renewed = lease.spec.as_ref().and_then(|s| s.renew_time.as_ref()).and_then(micro_time);
         let annotations = lease.metadata.annotations.get_or_insert_default();
-        match renewed.filter(|_| current()) {
-            Some(at) => annotations.insert(CURRENT_ANNOTATION.to_owned(), at),
-            None => annotations.remove(CURRENT_ANNOTATION),
-        };
+        match renewed.zip(current()) {
+            Some((at, complete)) => {
+                annotations.insert(CURRENT_ANNOTATION.to_owned(), at);
+                // Truncated, never rounded up: it must not say more than is so.
+                let seconds = format!("{}.{:03}", complete.as_secs(), complete.subsec_millis());
+                annotations.insert(COMPLETE_ANNOTATION.to_owned(), seconds);
+            }
+            None => {
+                annotations.remove(CURRENT_ANNOTATION);
+                annotations.remove(COMPLETE_ANNOTATION);
+            }
+        }
     }
 
     fn spec(&self, at: MicroTime, transitions: i32) -> LeaseSpec {
@@ -351,5 +377,22 @@ mod tests {
         assert!(!word_given(&lease(Some("producer-0"), at, None)));
         assert!(!word_given(&lease(None, at, Some(at))), "released");
         assert!(!word_given(&lease(Some(""), at, Some(at))), "released");
+    }
+
+    #[test]
+    fn how_long_the_records_are_complete_comes_with_the_word_only() {
+        let at = "2026-12-03T19:00:00.123456Z";
+        let with = |complete: &str, stamp: Option<&str>| {
+            let mut l = lease(Some("producer-0"), at, stamp);
+            l.metadata.annotations.get_or_insert_default().insert(COMPLETE_ANNOTATION.to_owned(), complete.to_owned());
+            word_complete_for(&l)
+        };
+        assert_eq!(with("12.345", Some(at)), Some(Duration::from_millis(12_345)));
+        assert_eq!(with("12.345", None), None, "no word");
+        assert_eq!(with("-1", Some(at)), Some(Duration::ZERO), "unreadable: nothing complete yet");
+        assert_eq!(with("soon", Some(at)), Some(Duration::ZERO));
+        assert_eq!(with("NaN", Some(at)), Some(Duration::ZERO));
+        assert_eq!(with("1e400", Some(at)), Some(Duration::ZERO));
+        assert_eq!(word_complete_for(&lease(Some("producer-0"), at, Some(at))), None, "not said");
     }
 }

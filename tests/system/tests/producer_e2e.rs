@@ -552,6 +552,45 @@ async fn a_record_edited_by_hand_is_put_right_at_once() {
     eprintln!("a record edited by hand: put right after {took:?}");
 }
 
+/// A producer elected on its own Lease in `lease_ns` (where it gives its word), started again
+/// under the same identity each time.
+fn elected_producer(
+    hub_cp: &ControlPlane,
+    project_cp: &ControlPlane,
+    lease_ns: &str,
+    withdraw_after: Duration,
+) -> Process {
+    let port = free_port();
+    let log = hub_cp.dir.join(format!("producer-{port}.log"));
+    let args = vec![
+        format!("--kubeconfig={}", hub_cp.kubeconfig.display()),
+        format!("--project-kubeconfig={}", project_cp.kubeconfig.display()),
+        "--project-name=e2e".to_owned(),
+        format!("--listen=127.0.0.1:{port}"),
+        format!("--withdraw-after={}ms", withdraw_after.as_millis()),
+        "--resync=60s".to_owned(),
+        format!("--lease-namespace={lease_ns}"),
+        "--identity=producer-0".to_owned(),
+        "--lease-duration=4s".to_owned(),
+    ];
+    Process { child: spawn_guarded(&binary("edgegate-producer"), &args, &log), port, log }
+}
+
+/// A pruner of `scope`'s copies that deletes only on the word of the producer in `lease_ns`.
+fn pruner_on_the_word(hub_cp: &ControlPlane, scope: &str, lease_ns: &str, grace: Duration) -> Process {
+    start_pruner(
+        hub_cp,
+        scope,
+        &hub_cp.kubeconfig,
+        &[
+            "--no-leader-election",
+            &format!("--grace={}ms", grace.as_millis()),
+            &format!("--lease-namespace={lease_ns}"),
+            "--producer-lease=edgegate-producer",
+        ],
+    )
+}
+
 /// An address served again while the producer is down: its record cannot name it until a
 /// producer is back, and the pruner, whose grace for the copy runs out meanwhile, must not take
 /// the record's silence for a withdrawal. With `--producer-lease` (set by
@@ -567,35 +606,9 @@ async fn a_copy_served_again_while_the_producer_is_down_is_kept() {
     let hub_ns = served_namespace(&project, &hub, "down-a", "fd20:0:d0::1").await;
     let lease_ns = format!("lease-{DOWN}");
     namespace(&hub, &lease_ns, &[]).await;
-    // Elected (its Lease is where it gives its word), restarted under the same identity.
-    let start = || {
-        let port = free_port();
-        let log = hub_cp.dir.join(format!("producer-{port}.log"));
-        let args = vec![
-            format!("--kubeconfig={}", hub_cp.kubeconfig.display()),
-            format!("--project-kubeconfig={}", project_cp.kubeconfig.display()),
-            "--project-name=e2e".to_owned(),
-            format!("--listen=127.0.0.1:{port}"),
-            "--withdraw-after=0".to_owned(),
-            "--resync=60s".to_owned(),
-            format!("--lease-namespace={lease_ns}"),
-            "--identity=producer-0".to_owned(),
-            "--lease-duration=4s".to_owned(),
-        ];
-        Process { child: spawn_guarded(&binary("edgegate-producer"), &args, &log), port, log }
-    };
+    let start = || elected_producer(hub_cp, &project_cp, &lease_ns, Duration::ZERO);
     let producer = start();
-    let pruner = start_pruner(
-        hub_cp,
-        DOWN,
-        &hub_cp.kubeconfig,
-        &[
-            "--no-leader-election",
-            &format!("--grace={}s", grace.as_secs()),
-            &format!("--lease-namespace={lease_ns}"),
-            "--producer-lease=edgegate-producer",
-        ],
-    );
+    let pruner = pruner_on_the_word(hub_cp, DOWN, &lease_ns, grace);
     let served = vec!["fd20:0:d0::1".to_owned()];
     eventually(Duration::from_secs(30), "record written", async || {
         record(&hub, &hub_ns).await.as_ref() == Some(&served)
@@ -644,5 +657,62 @@ async fn a_copy_served_again_while_the_producer_is_down_is_kept() {
     let took = started.elapsed();
     eprintln!("withdrawal with the producer up: proxy deleted → copy gone {took:?} (grace {grace:?})");
     assert!(took >= grace, "the grace held: {took:?}");
+    drop(producer);
+}
+
+/// An address served only while the producer was down: nobody could name it, and the producer
+/// back finds it no longer served. It served a moment before, so its copy goes no sooner than
+/// `--withdraw-after` plus the grace after that, as one the producer had seen stop serving: the
+/// word says for how long the records have named everything served, and the pruner waits until
+/// that covers its grace. The copy is still collected.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_copy_served_only_while_the_producer_was_down_is_held_like_any_withdrawal() {
+    const BLIND: &str = "producer-blind";
+    let (withdraw_after, grace) = (Duration::from_secs(5), Duration::from_secs(4));
+    let hub_cp = shared();
+    let (project_cp, hub, project) = project_beside(hub_cp).await;
+    let hub_ns = served_namespace(&project, &hub, "blind-a", "fd20:0:d2::1").await;
+    let lease_ns = format!("lease-{BLIND}");
+    namespace(&hub, &lease_ns, &[]).await;
+    let producer = elected_producer(hub_cp, &project_cp, &lease_ns, withdraw_after);
+    let pruner = pruner_on_the_word(hub_cp, BLIND, &lease_ns, grace);
+    eventually(Duration::from_secs(30), "record written", async || {
+        record(&hub, &hub_ns).await.is_some_and(|r| r == ["fd20:0:d2::1"])
+    })
+    .await;
+    create(&hub, &hub_ns, &slice(BLIND, "vm-1", true, &["fd20:0:d2::1"]), false).await.expect("copy");
+    let port = pruner.port;
+    eventually(Duration::from_secs(30), "pruner ready", async || {
+        http_status(&format!("http://127.0.0.1:{port}/readyz"), None) == 200
+    })
+    .await;
+
+    // Withdrawn; the producer dies before the copy's grace has run out.
+    remove(&project, "blind-a", "HTTPProxy", "web").await;
+    eventually(Duration::from_secs(20), "address withdrawn", async || {
+        record(&hub, &hub_ns).await.is_some_and(|r| r.is_empty())
+    })
+    .await;
+    let killed = std::process::Command::new("kill").args(["-KILL", &pid_of(&producer).to_string()]).status();
+    assert!(killed.is_ok_and(|s| s.success()), "kill -9 the producer");
+    // Served for a second while nobody watches, then not; the producer back at once, and the
+    // copy's grace runs out soon after.
+    proxy(&project, "blind-a", "web", json!([{"networkService": {"name": "web"}}])).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    remove(&project, "blind-a", "HTTPProxy", "web").await;
+    let last_served = Instant::now();
+    let restarted = Instant::now();
+    let producer = elected_producer(hub_cp, &project_cp, &lease_ns, withdraw_after);
+    let gone =
+        eventually(Duration::from_secs(40), "copy collected", async || !exists(&hub, &hub_ns, "vm-1").await).await;
+    let after_served = (restarted + gone).duration_since(last_served);
+    eprintln!(
+        "served only while the producer was down: copy gone {after_served:?} after it last served, {gone:?} after the restart (withdraw-after {withdraw_after:?} + grace {grace:?})"
+    );
+    assert!(
+        after_served >= withdraw_after + grace,
+        "withdrawn {after_served:?} after it last served, sooner than withdraw-after + grace (pruner log: {})",
+        pruner.log.display()
+    );
     drop(producer);
 }
