@@ -591,6 +591,54 @@ fn pruner_on_the_word(hub_cp: &ControlPlane, scope: &str, lease_ns: &str, grace:
     )
 }
 
+/// The start both producer-down cases share: a project serving `address` in `ns`, an elected
+/// producer (`withdraw_after`) and a pruner on its word (`grace`), a copy of the address on the
+/// hub; then nothing serves it, the record drops it (the copy's grace starts), and the producer
+/// is killed.
+struct ProducerKilled {
+    hub_cp: &'static ControlPlane,
+    project_cp: ControlPlane,
+    hub: Client,
+    project: Client,
+    hub_ns: String,
+    lease_ns: String,
+    pruner: Process,
+}
+
+async fn withdrawn_then_producer_killed(
+    scope: &str,
+    ns: &str,
+    address: &str,
+    withdraw_after: Duration,
+    grace: Duration,
+) -> ProducerKilled {
+    let hub_cp = shared();
+    let (project_cp, hub, project) = project_beside(hub_cp).await;
+    let hub_ns = served_namespace(&project, &hub, ns, address).await;
+    let lease_ns = format!("lease-{scope}");
+    namespace(&hub, &lease_ns, &[]).await;
+    let producer = elected_producer(hub_cp, &project_cp, &lease_ns, withdraw_after);
+    let pruner = pruner_on_the_word(hub_cp, scope, &lease_ns, grace);
+    eventually(Duration::from_secs(30), "record written", async || {
+        record(&hub, &hub_ns).await.is_some_and(|r| r == [address])
+    })
+    .await;
+    create(&hub, &hub_ns, &slice(scope, "vm-1", true, &[address]), false).await.expect("copy");
+    let port = pruner.port;
+    eventually(Duration::from_secs(30), "pruner ready", async || {
+        http_status(&format!("http://127.0.0.1:{port}/readyz"), None) == 200
+    })
+    .await;
+    remove(&project, ns, "HTTPProxy", "web").await;
+    eventually(Duration::from_secs(20), "address withdrawn", async || {
+        record(&hub, &hub_ns).await.is_some_and(|r| r.is_empty())
+    })
+    .await;
+    let killed = std::process::Command::new("kill").args(["-KILL", &pid_of(&producer).to_string()]).status();
+    assert!(killed.is_ok_and(|s| s.success()), "kill -9 the producer");
+    ProducerKilled { hub_cp, project_cp, hub, project, hub_ns, lease_ns, pruner }
+}
+
 /// An address served again while the producer is down: its record cannot name it until a
 /// producer is back, and the pruner, whose grace for the copy runs out meanwhile, must not take
 /// the record's silence for a withdrawal. With `--producer-lease` (set by
@@ -599,42 +647,17 @@ fn pruner_on_the_word(hub_cp: &ControlPlane, scope: &str, lease_ns: &str, grace:
 /// A withdrawal while the producer is up still completes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_copy_served_again_while_the_producer_is_down_is_kept() {
-    const DOWN: &str = "producer-down";
     let grace = Duration::from_secs(4);
-    let hub_cp = shared();
-    let (project_cp, hub, project) = project_beside(hub_cp).await;
-    let hub_ns = served_namespace(&project, &hub, "down-a", "fd20:0:d0::1").await;
-    let lease_ns = format!("lease-{DOWN}");
-    namespace(&hub, &lease_ns, &[]).await;
-    let start = || elected_producer(hub_cp, &project_cp, &lease_ns, Duration::ZERO);
-    let producer = start();
-    let pruner = pruner_on_the_word(hub_cp, DOWN, &lease_ns, grace);
+    let w = withdrawn_then_producer_killed("producer-down", "down-a", "fd20:0:d0::1", Duration::ZERO, grace).await;
+    let (hub_cp, project, hub, hub_ns, pruner) = (w.hub_cp, &w.project, &w.hub, &w.hub_ns, &w.pruner);
+    let start = || elected_producer(hub_cp, &w.project_cp, &w.lease_ns, Duration::ZERO);
     let served = vec!["fd20:0:d0::1".to_owned()];
-    eventually(Duration::from_secs(30), "record written", async || {
-        record(&hub, &hub_ns).await.as_ref() == Some(&served)
-    })
-    .await;
-    create(&hub, &hub_ns, &slice(DOWN, "vm-1", true, &["fd20:0:d0::1"]), false).await.expect("copy");
-    let port = pruner.port;
-    eventually(Duration::from_secs(30), "pruner ready", async || {
-        http_status(&format!("http://127.0.0.1:{port}/readyz"), None) == 200
-    })
-    .await;
-
-    // Nothing serves the address: the record drops it, and the copy's grace starts.
-    remove(&project, "down-a", "HTTPProxy", "web").await;
-    eventually(Duration::from_secs(10), "address withdrawn", async || {
-        record(&hub, &hub_ns).await.is_some_and(|r| r.is_empty())
-    })
-    .await;
-    // The producer dies; the address is served again while nobody can tell the hub.
-    let killed = std::process::Command::new("kill").args(["-KILL", &pid_of(&producer).to_string()]).status();
-    assert!(killed.is_ok_and(|s| s.success()), "kill -9 the producer");
-    proxy(&project, "down-a", "web", json!([{"networkService": {"name": "web"}}])).await;
+    // The address is served again while nobody can tell the hub.
+    proxy(project, "down-a", "web", json!([{"networkService": {"name": "web"}}])).await;
     let served_again = Instant::now();
     tokio::time::sleep(grace + Duration::from_secs(4)).await;
     assert!(
-        exists(&hub, &hub_ns, "vm-1").await,
+        exists(hub, hub_ns, "vm-1").await,
         "copy of an address served again deleted while the producer was down (pruner log: {})",
         pruner.log.display()
     );
@@ -643,17 +666,17 @@ async fn a_copy_served_again_while_the_producer_is_down_is_kept() {
     // The producer back: the record names the address again, and the copy stays.
     let producer = start();
     let took = eventually(Duration::from_secs(30), "record names it again", async || {
-        record(&hub, &hub_ns).await.as_ref() == Some(&served)
+        record(hub, hub_ns).await.as_ref() == Some(&served)
     })
     .await;
     eprintln!("producer restarted: record names the address again after {took:?}");
     tokio::time::sleep(Duration::from_secs(3)).await;
-    assert!(exists(&hub, &hub_ns, "vm-1").await, "copy deleted after the producer came back");
+    assert!(exists(hub, hub_ns, "vm-1").await, "copy deleted after the producer came back");
 
     // A withdrawal with the producer up completes, its word given after the grace.
     let started = Instant::now();
-    remove(&project, "down-a", "HTTPProxy", "web").await;
-    eventually(Duration::from_secs(30), "copy collected", async || !exists(&hub, &hub_ns, "vm-1").await).await;
+    remove(project, "down-a", "HTTPProxy", "web").await;
+    eventually(Duration::from_secs(30), "copy collected", async || !exists(hub, hub_ns, "vm-1").await).await;
     let took = started.elapsed();
     eprintln!("withdrawal with the producer up: proxy deleted → copy gone {took:?} (grace {grace:?})");
     assert!(took >= grace, "the grace held: {took:?}");
@@ -667,44 +690,18 @@ async fn a_copy_served_again_while_the_producer_is_down_is_kept() {
 /// that covers its grace. The copy is still collected.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_copy_served_only_while_the_producer_was_down_is_held_like_any_withdrawal() {
-    const BLIND: &str = "producer-blind";
     let (withdraw_after, grace) = (Duration::from_secs(5), Duration::from_secs(4));
-    let hub_cp = shared();
-    let (project_cp, hub, project) = project_beside(hub_cp).await;
-    let hub_ns = served_namespace(&project, &hub, "blind-a", "fd20:0:d2::1").await;
-    let lease_ns = format!("lease-{BLIND}");
-    namespace(&hub, &lease_ns, &[]).await;
-    let producer = elected_producer(hub_cp, &project_cp, &lease_ns, withdraw_after);
-    let pruner = pruner_on_the_word(hub_cp, BLIND, &lease_ns, grace);
-    eventually(Duration::from_secs(30), "record written", async || {
-        record(&hub, &hub_ns).await.is_some_and(|r| r == ["fd20:0:d2::1"])
-    })
-    .await;
-    create(&hub, &hub_ns, &slice(BLIND, "vm-1", true, &["fd20:0:d2::1"]), false).await.expect("copy");
-    let port = pruner.port;
-    eventually(Duration::from_secs(30), "pruner ready", async || {
-        http_status(&format!("http://127.0.0.1:{port}/readyz"), None) == 200
-    })
-    .await;
-
-    // Withdrawn; the producer dies before the copy's grace has run out.
-    remove(&project, "blind-a", "HTTPProxy", "web").await;
-    eventually(Duration::from_secs(20), "address withdrawn", async || {
-        record(&hub, &hub_ns).await.is_some_and(|r| r.is_empty())
-    })
-    .await;
-    let killed = std::process::Command::new("kill").args(["-KILL", &pid_of(&producer).to_string()]).status();
-    assert!(killed.is_ok_and(|s| s.success()), "kill -9 the producer");
+    let w = withdrawn_then_producer_killed("producer-blind", "blind-a", "fd20:0:d2::1", withdraw_after, grace).await;
+    let (project, hub, hub_ns) = (&w.project, &w.hub, &w.hub_ns);
     // Served for a second while nobody watches, then not; the producer back at once, and the
     // copy's grace runs out soon after.
-    proxy(&project, "blind-a", "web", json!([{"networkService": {"name": "web"}}])).await;
+    proxy(project, "blind-a", "web", json!([{"networkService": {"name": "web"}}])).await;
     tokio::time::sleep(Duration::from_secs(1)).await;
-    remove(&project, "blind-a", "HTTPProxy", "web").await;
+    remove(project, "blind-a", "HTTPProxy", "web").await;
     let last_served = Instant::now();
     let restarted = Instant::now();
-    let producer = elected_producer(hub_cp, &project_cp, &lease_ns, withdraw_after);
-    let gone =
-        eventually(Duration::from_secs(40), "copy collected", async || !exists(&hub, &hub_ns, "vm-1").await).await;
+    let producer = elected_producer(w.hub_cp, &w.project_cp, &w.lease_ns, withdraw_after);
+    let gone = eventually(Duration::from_secs(40), "copy collected", async || !exists(hub, hub_ns, "vm-1").await).await;
     let after_served = (restarted + gone).duration_since(last_served);
     eprintln!(
         "served only while the producer was down: copy gone {after_served:?} after it last served, {gone:?} after the restart (withdraw-after {withdraw_after:?} + grace {grace:?})"
@@ -712,7 +709,7 @@ async fn a_copy_served_only_while_the_producer_was_down_is_held_like_any_withdra
     assert!(
         after_served >= withdraw_after + grace,
         "withdrawn {after_served:?} after it last served, sooner than withdraw-after + grace (pruner log: {})",
-        pruner.log.display()
+        w.pruner.log.display()
     );
     drop(producer);
 }
