@@ -16,6 +16,13 @@ struct Seen {
     present: bool,
 }
 
+impl Seen {
+    /// Serving at the last look, or stopped less than `after` before `now`.
+    fn recent(self, now: Instant, after: Duration) -> bool {
+        self.present || now.saturating_duration_since(self.last) < after
+    }
+}
+
 /// Per hub namespace, the addresses seen served since its last write.
 #[derive(Debug)]
 pub struct Unwritten {
@@ -41,7 +48,7 @@ impl Unwritten {
             seen.insert(address.clone(), Seen { last: now, present: true });
         }
         let after = self.after;
-        seen.retain(|_, s| s.present || now.saturating_duration_since(s.last) < after);
+        seen.retain(|_, s| s.recent(now, after));
         if seen.is_empty() {
             self.seen.remove(namespace);
         }
@@ -51,11 +58,8 @@ impl Unwritten {
     /// at the last look included), sorted.
     pub fn recent(&self, namespace: &str, now: Instant) -> Vec<String> {
         let Some(seen) = self.seen.get(namespace) else { return Vec::new() };
-        let mut recent: Vec<String> = seen
-            .iter()
-            .filter(|(_, s)| s.present || now.saturating_duration_since(s.last) < self.after)
-            .map(|(a, _)| a.clone())
-            .collect();
+        let mut recent: Vec<String> =
+            seen.iter().filter(|(_, s)| s.recent(now, self.after)).map(|(a, _)| a.clone()).collect();
         recent.sort_unstable();
         recent
     }

@@ -58,17 +58,21 @@ impl ProjectIndex {
 
     /// For how long every watch has been whole without a break, at `now`; `None` while not.
     pub fn whole_for(&self, now: Instant) -> Option<Duration> {
-        let since = *self.whole_since.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let since = *self.whole_since();
         since.filter(|_| self.synced()).map(|since| now.saturating_duration_since(since))
     }
 
     /// A watch listed: if that made every one whole, the unbroken run starts now.
     fn listed(&self, slot: usize) {
         self.synced[slot].store(true, Ordering::Release);
-        let mut since = self.whole_since.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut since = self.whole_since();
         if self.synced() && since.is_none() {
             *since = Some(Instant::now());
         }
+    }
+
+    fn whole_since(&self) -> std::sync::MutexGuard<'_, Option<Instant>> {
+        self.whole_since.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// How many times a watch has failed so far.
@@ -178,7 +182,7 @@ impl KindWriter {
     fn unsync(&mut self, slot: usize, error: &watcher::Error, kind: &str) {
         self.index.synced[slot].store(false, Ordering::Release);
         self.index.unsyncs.fetch_add(1, Ordering::AcqRel);
-        *self.index.whole_since.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = None;
+        *self.index.whole_since() = None;
         tracing::warn!(%error, kind, "project watch failed; no writes for this project until it is listed again");
     }
 }
