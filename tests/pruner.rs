@@ -10,11 +10,14 @@ use std::time::{Duration, Instant};
 use edgegate::core::hold::Hold;
 use edgegate::core::plan::Scope;
 use edgegate::index::copies::CopyIndex;
+use edgegate::runtime::lease::{COMPLETE_ANNOTATION, CURRENT_ANNOTATION};
 use edgegate::runtime::lease::{Grant, Leadership};
+use edgegate::runtime::rbac::{Rule, allows};
 use edgegate::{CopySelector, RecordSource, RecordStore};
 use edgegate_pruner::metrics::Metrics;
 use edgegate_pruner::pruner::{Outcome, Pacer, Pruner};
 use edgegate_pruner::run::start_watches;
+use edgegate_pruner::word::ProducerWord;
 use http::StatusCode;
 use kube::Client;
 use kube::runtime::events::{Recorder, Reporter};
@@ -53,6 +56,8 @@ struct Scenario {
     records: Option<Vec<Value>>, // None: the record list fails with 500
     copies: Vec<Value>,
     delete_status: u16,
+    /// Answer a GET of one record 403.
+    refuse_record_reads: bool,
 }
 
 /// Serve the mock API server until the test ends. Watches are held open (the steady state);
@@ -60,11 +65,28 @@ struct Scenario {
 /// server would send it.
 fn serve(scenario: Scenario) -> (Client, Log) {
     let mut held = Vec::new();
+    let mut lease_reads = 0;
     let mut copy_watch = None;
     mock::serve(move |seen, send| {
         const RECORDS: &str = "/apis/networking.datumapis.com/v1alpha/edgereachabilities";
         const COPIES: &str = "/apis/discovery.k8s.io/v1/endpointslices";
-        if seen.is("GET", RECORDS) && !seen.is_watch() {
+        const LEASES: &str = "/apis/coordination.k8s.io/v1/namespaces/edgegate-system/leases/";
+        let (group, resource, verb) = mock::rbac_of(seen);
+        if !allows(&shipped_rules(), &group, &resource, verb) {
+            // As the API server answers a request the shipped ClusterRole and Role do not grant.
+            send.send_response(status(403));
+        } else if let Some(ns) = record_read(seen.path()) {
+            if scenario.refuse_record_reads {
+                return send.send_response(status(403));
+            }
+            match scenario.records.iter().flatten().find(|r| r["metadata"]["namespace"] == ns) {
+                Some(record) => send.send_response(json_response(200, record)),
+                None => send.send_response(status(404)),
+            }
+        } else if seen.is("GET", LEASES) {
+            lease_reads += 1;
+            send.send_response(json_response(200, &producer_lease(lease_reads)));
+        } else if seen.is("GET", RECORDS) && !seen.is_watch() {
             match &scenario.records {
                 Some(items) => send.send_response(json_response(200, &list("EdgeReachabilityList", items.clone()))),
                 None => send
@@ -91,6 +113,32 @@ fn serve(scenario: Scenario) -> (Client, Log) {
         } else {
             send.send_response(status(404));
         }
+    })
+}
+
+/// What deploy/ grants the pruner: its ClusterRole and, in its namespace, its Lease Role.
+fn shipped_rules() -> Vec<Rule> {
+    let mut rules = edgegate::runtime::rbac::PRUNER.to_vec();
+    rules.push(edgegate::runtime::rbac::PRUNER_LEASE);
+    rules
+}
+
+/// The namespace of a GET of one record (`.../namespaces/<ns>/edgereachabilities/default`).
+fn record_read(path: &str) -> Option<&str> {
+    let rest = path.strip_prefix("/apis/networking.datumapis.com/v1alpha/namespaces/")?;
+    let (ns, name) = rest.split_once("/edgereachabilities/")?;
+    (name == "default").then_some(ns)
+}
+
+/// The producer's Lease at its `n`th read: renewed once a read (a second apart), each renewal
+/// carrying the word, its records complete for an hour.
+fn producer_lease(n: u32) -> Value {
+    let renewed = format!("2026-12-05T12:00:{:02}.000000Z", n % 60);
+    json!({
+        "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+        "metadata": {"name": "edgegate-producer", "namespace": "edgegate-system", "resourceVersion": n.to_string(),
+                     "annotations": {CURRENT_ANNOTATION: renewed, COMPLETE_ANNOTATION: "3600"}},
+        "spec": {"holderIdentity": "producer-0", "leaseDurationSeconds": 5, "renewTime": renewed},
     })
 }
 
@@ -179,6 +227,7 @@ fn world() -> Scenario {
             copy("ns-b", "no-record", &["fd00::9"]),
         ],
         delete_status: 200,
+        refuse_record_reads: false,
     }
 }
 
@@ -200,20 +249,29 @@ async fn deletes_only_the_unnamed_copy_with_preconditions_and_an_event() {
     assert_eq!(events[0].body["related"]["name"], "unserved");
     assert_eq!(h.metrics.deletions("deleted"), 1);
 
-    // Steady state: besides the deletion and its event, only the two lists and their watches.
+    // Steady state: besides the deletion, the record's read right before it and the event, only
+    // the two lists and their watches.
     let log = h.log.lock().expect("log").clone();
+    let reads: Vec<&Seen> = log.iter().filter(|s| record_read(s.path()).is_some()).collect();
+    assert_eq!(reads.len(), 1, "one read of the record, before the DELETE: {reads:?}");
     let other: Vec<&Seen> = log
         .iter()
         .filter(|s| {
             let list_or_watch = s.method == "GET"
                 && (s.uri.starts_with("/apis/networking.datumapis.com/v1alpha/edgereachabilities")
                     || s.uri.starts_with("/apis/discovery.k8s.io/v1/endpointslices"));
-            !list_or_watch && s.method != "DELETE" && !s.is("POST", "/apis/events.k8s.io/")
+            !list_or_watch
+                && record_read(s.path()).is_none()
+                && s.method != "DELETE"
+                && !s.is("POST", "/apis/events.k8s.io/")
         })
         .collect();
     assert!(other.is_empty(), "unexpected calls: {other:?}");
     assert_within(&h.log, edgegate::runtime::rbac::PRUNER, "PRUNER");
-    let lists = log.iter().filter(|s| s.method == "GET" && !s.uri.contains("watch=true")).count();
+    let lists = log
+        .iter()
+        .filter(|s| s.method == "GET" && !s.uri.contains("watch=true") && record_read(s.path()).is_none())
+        .count();
     assert_eq!(lists, 2, "one initial list each, no list per event or pass: {log:?}");
     assert!(
         log.iter()
@@ -311,7 +369,12 @@ fn held_pruner(
     use edgegate::index::copies::CopyWriter;
     use edgegate::index::source::follow::WatchSink;
     use edgegate::index::source::kubernetes::{OnWatchError, StoreWriter};
-    let scenario = Scenario { records: Some(vec![]), copies: copies.clone(), delete_status: 200 };
+    let scenario = Scenario {
+        records: Some(records.clone()),
+        copies: copies.clone(),
+        delete_status: 200,
+        refuse_record_reads: false,
+    };
     let (client, log) = serve(scenario);
     let store = Arc::new(RecordStore::new("default"));
     let mut writer = StoreWriter::new(Arc::clone(&store), OnWatchError::Unsync);
@@ -450,4 +513,54 @@ async fn a_record_that_names_the_copy_for_a_moment_while_its_deletion_waits_rest
     store.upsert("ns-a", edgegate::Record::from_entries(Vec::<&str>::new()));
     assert_eq!(pass.await.expect("pass"), [Outcome::Deleted, Outcome::Skipped]);
     assert_eq!(log.lock().expect("log").iter().filter(|s| s.method == "DELETE").count(), 1);
+}
+
+/// Installed with components/producer: a due copy is deleted once the producer's word stands and
+/// the record, read once more, still names none of its addresses. Every request is answered as
+/// the API server answers the shipped RBAC (403 outside it). Failed on the old rules: the read
+/// before the DELETE was forbidden (no `get` on records), so every due copy was kept for ever.
+#[tokio::test]
+async fn with_the_producers_word_a_due_copy_is_deleted_within_the_shipped_rbac() {
+    let grace = Duration::from_millis(50);
+    let copies = vec![copy("ns-a", "web", &["fd00::9"])];
+    let (mut pruner, log, _) = held_pruner(vec![record("ns-a", &[])], copies, Duration::ZERO, grace);
+    let (again_tx, mut again) = mpsc::unbounded_channel();
+    let lease = kube::Api::namespaced(pruner.client.clone(), "edgegate-system");
+    pruner.word = Some(Arc::new(ProducerWord::new(lease, "edgegate-producer".into(), grace, again_tx)));
+    let ns = Scope::Namespace("ns-a".into());
+    assert!(pruner.pass(&ns).await.is_empty(), "held: the grace has just begun");
+    tokio::time::sleep(grace).await;
+    assert_eq!(pruner.pass(&ns).await, [Outcome::Skipped], "due: waits for the producer's word");
+    let started = Instant::now();
+    let woken = tokio::time::timeout(Duration::from_secs(10), again.recv()).await.expect("the word within 10 s");
+    println!("the word stood {:?} after the copy fell due", started.elapsed());
+    assert_eq!(woken, Some(edgegate::index::Change::Namespace("ns-a".into())));
+    assert_eq!(pruner.pass(&ns).await, [Outcome::Deleted], "the word stands and the record, read again, names none");
+    let refused: Vec<Seen> = log
+        .lock()
+        .expect("log")
+        .iter()
+        .filter(|s| {
+            let (group, resource, verb) = mock::rbac_of(s);
+            !allows(&shipped_rules(), &group, &resource, verb)
+        })
+        .cloned()
+        .collect();
+    assert!(refused.is_empty(), "requests the shipped RBAC refuses: {refused:?}");
+    let reads = log.lock().expect("log").iter().filter(|s| record_read(s.path()).is_some()).count();
+    assert_eq!(reads, 1, "the record is read once, right before the DELETE");
+}
+
+/// A record that cannot be read right before the DELETE keeps the copy, and counts as an error
+/// (the deletions-failing alert), not as a copy judged again.
+#[tokio::test]
+async fn a_refused_read_before_the_delete_keeps_the_copy_and_counts_an_error() {
+    let mut scenario = world();
+    // The records list and watch, but a GET of one is refused.
+    scenario.refuse_record_reads = true;
+    let h = Harness::start(scenario, true, false);
+    settle().await;
+    assert!(h.deletes().is_empty(), "kept: {:?}", h.deletes());
+    assert!(h.metrics.deletions("error") >= 1, "counted as an error");
+    assert_eq!(h.metrics.deletions("skipped"), 0);
 }

@@ -277,8 +277,10 @@ impl Pruner {
         }
         // The turn may have been a long wait.
         let Some(now) = self.judge_again(&now) else { return Outcome::Skipped };
-        if self.word.is_some() && !self.unnamed_as_read(&now).await {
-            return Outcome::Skipped;
+        match self.unnamed_as_read(&now).await {
+            Ok(true) => {}
+            Ok(false) => return Outcome::Skipped,
+            Err(()) => return Outcome::Error,
         }
         let (ns, name, addresses) = (&now.namespace, &now.name, &now.addresses);
         let params = DeleteParams {
@@ -309,10 +311,12 @@ impl Pruner {
         }
     }
 
-    /// Does the record, read now, still name none of the copy's addresses? The producer's word
-    /// says its writes are done, not that this replica's watch has seen them yet. A failed read
-    /// keeps the copy.
-    async fn unnamed_as_read(&self, planned: &Deletion) -> bool {
+    /// Does the record, read now, still name none of the copy's addresses? The last look before
+    /// every DELETE: the watch may trail the hub (and the producer's word says its writes are
+    /// done, not that this replica's watch has seen them). A failed read keeps the copy and is
+    /// an error (`Err`): a read that is always refused (RBAC) must raise the deletions-failing
+    /// alert, not pass for a copy judged again.
+    async fn unnamed_as_read(&self, planned: &Deletion) -> Result<bool, ()> {
         let api: Api<EdgeReachability> = Api::namespaced(self.client.clone(), &planned.namespace);
         let state = match api.get_opt(self.records.record_name()).await {
             Ok(Some(record)) => {
@@ -320,16 +324,16 @@ impl Pruner {
             }
             Ok(None) => RecordState::Absent,
             Err(error) => {
-                tracing::warn!(namespace = %planned.namespace, %error, "reading the record before deleting failed; kept");
-                return false;
+                tracing::warn!(namespace = %planned.namespace, name = %planned.name, %error, "reading the record before deleting failed; kept");
+                return Err(());
             }
         };
-        let Some(copy) = self.copies.get(&planned.namespace, &planned.name) else { return false };
+        let Some(copy) = self.copies.get(&planned.namespace, &planned.name) else { return Ok(false) };
         let unnamed = deletion(&state, &copy, &self.selector).is_some();
         if !unnamed {
             tracing::info!(namespace = %planned.namespace, name = %planned.name, "the record names the copy again (read before deleting); kept");
         }
-        unnamed
+        Ok(unnamed)
     }
 
     /// A Kubernetes Event on the record, naming the copy deleted.

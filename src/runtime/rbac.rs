@@ -36,11 +36,18 @@ pub const WEBHOOK_CA_BUNDLE: &[Rule] = &[
     },
 ];
 
-/// `edgegate-pruner`: records and copies listed and watched, copies deleted, an Event per deletion
-/// (kube's recorder patches a repeated event into a series), and its Lease (read, created, and
-/// renewed, taken over or released by a replace with the resourceVersion it read). Leases are namespaced; see [`PRUNER_LEASE`].
+/// `edgegate-pruner`: records listed and watched, and each read once more right before a DELETE
+/// (`get`); copies listed, watched and deleted; an Event per deletion (kube's recorder patches a
+/// repeated event into a series); and its Lease (read, created, and renewed, taken over or
+/// released by a replace with the resourceVersion it read). Leases are namespaced; see
+/// [`PRUNER_LEASE`].
 pub const PRUNER: &[Rule] = &[
-    Rule { group: "networking.datumapis.com", resource: "edgereachabilities", names: &[], verbs: &["list", "watch"] },
+    Rule {
+        group: "networking.datumapis.com",
+        resource: "edgereachabilities",
+        names: &[],
+        verbs: &["get", "list", "watch"],
+    },
     Rule { group: "discovery.k8s.io", resource: "endpointslices", names: &[], verbs: &["list", "watch", "delete"] },
     Rule { group: "events.k8s.io", resource: "events", names: &[], verbs: &["create", "patch"] },
 ];
