@@ -20,6 +20,7 @@ use kube::Client;
 use kube::runtime::events::{Recorder, Reporter};
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
 
 use mock::{Log, Seen, assert_within, json_response, list, status};
 
@@ -103,8 +104,9 @@ fn start(
     let (hub, hub_log) = serve(hub_lists);
     let (tx, triggers) = mpsc::unbounded_channel();
     let view = Arc::new(HubView::new("default"));
-    start_hub_watches(&hub, &view, &tx);
-    let engaged = Engaged::new(tx);
+    let shutdown = CancellationToken::new();
+    start_hub_watches(&hub, &view, &tx, &shutdown);
+    let engaged = Engaged::new(Default::default(), tx, &shutdown);
     engaged.engage("acme", project);
     let leader = Leadership::always();
     let recorder = Recorder::new(hub.clone(), Reporter { controller: "edgegate-producer".into(), instance: None });

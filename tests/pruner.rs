@@ -159,7 +159,8 @@ impl Harness {
         let records = Arc::new(RecordStore::new("default"));
         let copies = Arc::new(CopyIndex::default());
         let changes_tx_again = changes_tx.clone();
-        start_watches(&client, &CopySelector::default(), &records, &copies, changes_tx, None);
+        let shutdown = CancellationToken::new();
+        start_watches(&client, &CopySelector::default(), &records, &copies, changes_tx, None, &shutdown);
         let (leader_rx, leader) = Grant::new();
         if leading {
             leader.until(Some(far_future()));
@@ -180,7 +181,6 @@ impl Harness {
             metrics: Arc::clone(&metrics),
             recorder,
         };
-        let shutdown = CancellationToken::new();
         tokio::spawn(pruner.run(changes, Duration::from_millis(100), shutdown.clone()));
         Harness { log, leader, metrics, records, copies, shutdown }
     }

@@ -447,6 +447,38 @@ fn sigterm_drains_and_exits() {
     assert!(status.success(), "clean exit: {status:?}");
 }
 
+/// A watch handler that panics takes the process down: a dead watch would leave the records frozen
+/// as last seen, still synced, and the webhook judging from them. Ended, the process answers no
+/// probe, and Kubernetes restarts it. (Before supervision the panic ended only the watch task: the
+/// process stayed up and ready for good.)
+#[test]
+fn a_panicking_watch_handler_ends_the_process() {
+    let mut webhook =
+        Webhook::start(Options { env: vec![("EDGEGATE_TEST_PANIC_ON_RECORD", NS.to_owned())], ..Options::default() });
+    webhook.wait_until(Duration::from_secs(10), || webhook.get("/readyz").0 == 200);
+    webhook.write_record_file("records.yaml", &record(NS, "default", &[ADDRESS]));
+    let start = std::time::Instant::now();
+    let status = loop {
+        if let Some(status) = webhook.child.try_wait().expect("wait") {
+            break status;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "still running 10 s after the panic; /readyz answers {:?}; log:\n{}",
+            webhook.get("/readyz"),
+            webhook.log()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    println!("exited {:?} after the record file was written: {status:?}", start.elapsed());
+    assert_eq!(status.code(), Some(70), "a crash exits EX_SOFTWARE, no clean exit: {status:?}");
+    assert_eq!(webhook.get("/readyz").0, 0, "nothing answers /readyz any more");
+    assert_eq!(webhook.post("/validate", &copy_create()).0, 0, "nor judges a review from the frozen records");
+    let log = webhook.log();
+    let logged = ["panicked; exiting", r#"task="records directory watch""#, "EDGEGATE_TEST_PANIC_ON_RECORD"];
+    assert!(logged.iter().all(|part| log.contains(part)), "the panic and its task are logged:\n{log}");
+}
+
 /// The patch bytes of an AdmissionResponse. kube's `AdmissionResponse` writes them as a JSON array
 /// of bytes, which the API server's decoder takes as readily as the base64 string Go would write.
 fn patch_bytes(patch: &Value) -> Vec<u8> {

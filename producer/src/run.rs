@@ -16,11 +16,13 @@ use edgegate::index::source::follow::{WatchSink, Whole, follow};
 use edgegate::runtime::admin::Probes;
 use edgegate::runtime::controller::Controller;
 use edgegate::runtime::lease::{Leadership, Word};
+use edgegate::runtime::supervise::essential;
 use kube::runtime::watcher;
 use kube::{Api, Client};
 use serde::de::DeserializeOwned;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
 
 use crate::args::Args;
 use crate::metrics::Metrics;
@@ -29,13 +31,13 @@ use crate::producer::{Producer, Projects, Trigger};
 pub async fn run(args: Args) -> anyhow::Result<()> {
     let (triggers_tx, triggers) = mpsc::unbounded_channel();
     let view = Arc::new(HubView::new(args.record_name.clone()));
-    let engaged = Engaged::new(triggers_tx.clone());
+    let projects = Projects::default();
     let current = Current::default();
     let mut lease = args.lease.config(&args.lease_name, "edgegate-producer");
     let renew_every = lease.renew_every();
     lease.word = Some(word(
         Arc::clone(&view),
-        Arc::clone(&engaged.projects),
+        Arc::clone(&projects),
         Arc::clone(&current),
         triggers_tx.clone(),
         renew_every,
@@ -43,7 +45,9 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     ));
     let controller = Controller::start(&args.hub, &lease).await?;
     let hub = controller.hub.clone();
-    start_hub_watches(&hub, &view, &triggers_tx);
+    let shutdown = &controller.shutdown;
+    start_hub_watches(&hub, &view, &triggers_tx, shutdown);
+    let engaged = Engaged::new(projects, triggers_tx.clone(), shutdown);
     match (&args.project_kubeconfig, &args.projects_dir) {
         (Some(file), _) => {
             let name = args.project_name.clone().unwrap_or_else(|| stem(file));
@@ -52,7 +56,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         (None, Some(dir)) => {
             let engaged = engaged.clone();
             let dir = dir.clone();
-            tokio::spawn(async move { follow_projects_dir(&dir, &engaged).await });
+            essential("projects directory watch", shutdown, async move { follow_projects_dir(&dir, &engaged).await });
         }
         (None, None) => anyhow::bail!("give --project-kubeconfig or --projects-dir"),
     }
@@ -176,23 +180,35 @@ fn stem(path: &Path) -> String {
 }
 
 /// The hub's Namespaces and EdgeReachabilities, into `view`; what appears or goes is a trigger.
-pub fn start_hub_watches(hub: &Client, view: &Arc<HubView>, triggers: &mpsc::UnboundedSender<Trigger>) {
+pub fn start_hub_watches(
+    hub: &Client,
+    view: &Arc<HubView>,
+    triggers: &mpsc::UnboundedSender<Trigger>,
+    shutdown: &CancellationToken,
+) {
     let (tx, rx) = mpsc::unbounded_channel();
     forward(rx, triggers.clone(), Trigger::Hub);
-    spawn_follow::<NamespaceMeta, _>(Api::all(hub.clone()), Whole::new(HubWriter::new(Arc::clone(view), tx.clone())));
-    spawn_follow::<EdgeReachability, _>(Api::all(hub.clone()), Whole::new(HubWriter::new(Arc::clone(view), tx)));
+    let namespaces = Whole::new(HubWriter::new(Arc::clone(view), tx.clone()));
+    spawn_follow::<NamespaceMeta, _>("hub", Api::all(hub.clone()), namespaces, shutdown);
+    let records = Whole::new(HubWriter::new(Arc::clone(view), tx));
+    spawn_follow::<EdgeReachability, _>("hub", Api::all(hub.clone()), records, shutdown);
 }
 
-fn spawn_follow<K, S>(api: Api<K>, mut sink: S) -> JoinHandle<()>
+/// Follow `api` into `sink` for as long as the process runs, or until the handle is aborted: a
+/// watch that died would leave its index frozen and still synced, so one that ends stops the
+/// process ([`essential`]). `of` names whose watch it is in the logs.
+fn spawn_follow<K, S>(of: &str, api: Api<K>, mut sink: S, shutdown: &CancellationToken) -> JoinHandle<()>
 where
     K: kube::Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + 'static,
     K::DynamicType: Default,
     S: WatchSink<K> + Send + 'static,
 {
-    tokio::spawn(async move { follow(api, watcher::Config::default(), &mut sink).await })
+    let name = format!("{of} {} watch", K::kind(&K::DynamicType::default()));
+    essential(name, shutdown, async move { follow(api, watcher::Config::default(), &mut sink).await })
 }
 
-/// Tag each change from `rx` with `wrap` and pass it on.
+/// Tag each change from `rx` with `wrap` and pass it on, until either side closes: the watches
+/// that send are aborted (a project disengaged) or the producer's loop has stopped.
 fn forward(
     mut rx: mpsc::UnboundedReceiver<Change>,
     to: mpsc::UnboundedSender<Trigger>,
@@ -207,17 +223,19 @@ fn forward(
     });
 }
 
-/// The engaged projects: their indexes (what the producer reads) and their watch tasks.
+/// The engaged projects: their indexes (what the producer reads) and their watch tasks, which run
+/// until the project is disengaged (aborted) or the process shuts down.
 #[derive(Clone)]
 pub struct Engaged {
     pub projects: Projects,
     tasks: Arc<Mutex<HashMap<String, Vec<JoinHandle<()>>>>>,
     triggers: mpsc::UnboundedSender<Trigger>,
+    shutdown: CancellationToken,
 }
 
 impl Engaged {
-    pub fn new(triggers: mpsc::UnboundedSender<Trigger>) -> Self {
-        Engaged { projects: Projects::default(), tasks: Arc::default(), triggers }
+    pub fn new(projects: Projects, triggers: mpsc::UnboundedSender<Trigger>, shutdown: &CancellationToken) -> Self {
+        Engaged { projects, tasks: Arc::default(), triggers, shutdown: shutdown.clone() }
     }
 
     /// Start the five watches of a project; its namespaces are written once all have listed.
@@ -226,19 +244,15 @@ impl Engaged {
         let (tx, rx) = mpsc::unbounded_channel();
         let project = name.to_owned();
         forward(rx, self.triggers.clone(), move |change| Trigger::Project(project.clone(), change));
-        let w = |i: &Arc<ProjectIndex>| Arc::clone(i);
+        let writer = || KindWriter::new(Arc::clone(&index), tx.clone());
+        let of = format!("project {name}");
+        let shutdown = &self.shutdown;
         let tasks = vec![
-            spawn_follow::<HttpProxy, _>(Api::all(client.clone()), Whole::new(KindWriter::new(w(&index), tx.clone()))),
-            spawn_follow::<NetworkService, _>(
-                Api::all(client.clone()),
-                Whole::new(KindWriter::new(w(&index), tx.clone())),
-            ),
-            spawn_follow::<NetworkInterface, _>(
-                Api::all(client.clone()),
-                Whole::new(KindWriter::new(w(&index), tx.clone())),
-            ),
-            spawn_follow::<Slice, _>(Api::all(client.clone()), Whole::new(KindWriter::new(w(&index), tx.clone()))),
-            spawn_follow::<NamespaceMeta, _>(Api::all(client), Whole::new(KindWriter::new(w(&index), tx))),
+            spawn_follow::<HttpProxy, _>(&of, Api::all(client.clone()), Whole::new(writer()), shutdown),
+            spawn_follow::<NetworkService, _>(&of, Api::all(client.clone()), Whole::new(writer()), shutdown),
+            spawn_follow::<NetworkInterface, _>(&of, Api::all(client.clone()), Whole::new(writer()), shutdown),
+            spawn_follow::<Slice, _>(&of, Api::all(client.clone()), Whole::new(writer()), shutdown),
+            spawn_follow::<NamespaceMeta, _>(&of, Api::all(client), Whole::new(writer()), shutdown),
         ];
         tracing::info!(project = name, "project engaged");
         self.projects.write().unwrap_or_else(std::sync::PoisonError::into_inner).insert(name.to_owned(), index);

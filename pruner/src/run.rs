@@ -9,10 +9,12 @@ use edgegate::index::source::kubernetes::{OnWatchError, RecordObserver, StoreWri
 use edgegate::runtime::admin::Probes;
 use edgegate::runtime::controller::Controller;
 use edgegate::runtime::lease::Leadership;
+use edgegate::runtime::supervise::essential;
 use edgegate::{EdgeReachability, RecordSource, RecordStore, Slice};
 use kube::runtime::watcher;
 use kube::{Api, Client};
 use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
 
 use crate::args::Args;
 use crate::metrics::Metrics;
@@ -30,7 +32,16 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let copies = Arc::new(CopyIndex::default());
     let grace: Grace = Arc::new(Mutex::new(Hold::new(args.grace)));
     let observer = named_again(Arc::clone(&grace), Arc::clone(&copies));
-    start_watches(&controller.hub, &args.copy_selector, &records, &copies, changes_tx.clone(), Some(observer));
+    let shutdown = &controller.shutdown;
+    start_watches(
+        &controller.hub,
+        &args.copy_selector,
+        &records,
+        &copies,
+        changes_tx.clone(),
+        Some(observer),
+        shutdown,
+    );
     let mut metrics = Metrics::new().with_hub_token(&args.hub);
     if args.exact_spelling {
         metrics = metrics.with_spelling();
@@ -38,7 +49,8 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let metrics = Arc::new(metrics);
     if args.exact_spelling {
         let (records, copies, metrics) = (Arc::clone(&records), Arc::clone(&copies), Arc::clone(&metrics));
-        tokio::spawn(crate::spelling::watch(records, copies, metrics, controller.shutdown.clone()));
+        let count = crate::spelling::watch(records, copies, metrics, controller.shutdown.clone());
+        essential("spelling count", &controller.shutdown, count);
     }
     let word = args.producer_lease.as_ref().map(|name| {
         let lease = Api::namespaced(controller.hub.clone(), &args.lease.lease_namespace);
@@ -82,7 +94,8 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
 
 /// One list and a watch each: EdgeReachability everywhere, and copies by the copy selector.
 /// Both indexes go unsynced on a watch error, and every change and re-list is sent on `changes`;
-/// every record delivered is also shown to `observer`.
+/// every record delivered is also shown to `observer`. Both are [`essential`]: a watch that died
+/// would leave its index frozen, still synced, and the pruner deleting against it.
 pub fn start_watches(
     client: &Client,
     selector: &edgegate::CopySelector,
@@ -90,6 +103,7 @@ pub fn start_watches(
     copies: &Arc<CopyIndex>,
     changes: mpsc::UnboundedSender<edgegate::index::Change>,
     observer: Option<RecordObserver>,
+    shutdown: &CancellationToken,
 ) -> Vec<tokio::task::JoinHandle<()>> {
     let mut record_writer = StoreWriter::new(Arc::clone(records), OnWatchError::Unsync).with_changes(changes.clone());
     if let Some(observer) = observer {
@@ -100,8 +114,10 @@ pub fn start_watches(
     let copy_api: Api<Slice> = Api::all(client.clone());
     let config = watcher::Config::default().labels(selector.as_str());
     vec![
-        tokio::spawn(async move { follow(record_api, watcher::Config::default(), &mut record_writer).await }),
-        tokio::spawn(async move { follow(copy_api, config, &mut copy_writer).await }),
+        essential("EdgeReachability watch", shutdown, async move {
+            follow(record_api, watcher::Config::default(), &mut record_writer).await;
+        }),
+        essential("copy watch", shutdown, async move { follow(copy_api, config, &mut copy_writer).await }),
     ]
 }
 

@@ -30,11 +30,13 @@ pub fn router(probes: Arc<dyn Probes>) -> Router {
         .with_state(probes)
 }
 
-/// Serve `probes` on `listener` until `shutdown`.
+/// Serve `probes` on `listener` until `shutdown`; a listener that fails before then stops the
+/// process (one that answers no probe would only be restarted later, by the liveness probe).
 pub fn serve(listener: tokio::net::TcpListener, probes: Arc<dyn Probes>, shutdown: CancellationToken) {
     let app = router(probes);
-    tokio::spawn(async move {
-        if let Err(e) = axum::serve(listener, app).with_graceful_shutdown(shutdown.cancelled_owned()).await {
+    let until = shutdown.clone();
+    super::supervise::essential("admin listener", &shutdown, async move {
+        if let Err(e) = axum::serve(listener, app).with_graceful_shutdown(until.cancelled_owned()).await {
             tracing::error!(error = %e, "admin listener failed");
         }
     });

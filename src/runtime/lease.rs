@@ -174,7 +174,8 @@ pub fn elect(
         grant,
         observed: None,
     };
-    (leadership, tokio::spawn(elector.run(shutdown)))
+    let run = elector.run(shutdown.clone());
+    (leadership, super::supervise::essential("lease election", &shutdown, run))
 }
 
 struct Elector {

@@ -1,5 +1,6 @@
 //! What the binaries share at their edges: flags, the API server client with its timeouts, logs,
-//! signals, metrics helpers, and the RBAC rules that list every call they make.
+//! signals, metrics helpers, the RBAC rules that list every call they make, and the supervision
+//! that stops a process which lost a task it needs.
 
 pub mod admin;
 pub mod client;
@@ -9,4 +10,5 @@ pub mod lease;
 pub mod metrics;
 pub mod process;
 pub mod rbac;
+pub mod supervise;
 pub mod wakeups;

@@ -1,4 +1,5 @@
-//! A binary's life: logs set up, run, a failure logged with its context chain, SIGTERM heard.
+//! A binary's life: logs set up, panics made fatal, run, a failure logged with its context chain,
+//! SIGTERM heard.
 
 use std::future::Future;
 use std::io::IsTerminal;
@@ -7,9 +8,12 @@ use std::process::ExitCode;
 use super::flags::LogFormat;
 
 /// Set up logs in `format`, run `run`, and turn its result into the exit code, logging a failure
-/// with its whole context chain. Each binary's `main` is this one call.
+/// with its whole context chain. A panic anywhere ends the process
+/// ([`supervise::exit_on_panic`](super::supervise::exit_on_panic)). Each binary's `main` is this
+/// one call.
 pub async fn main(name: &str, format: LogFormat, run: impl Future<Output = anyhow::Result<()>>) -> ExitCode {
     init_tracing(format);
+    super::supervise::exit_on_panic();
     match run.await {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {

@@ -47,11 +47,13 @@ pub struct Options {
     pub extra_args: Vec<String>,
     /// Use these (cert, key, ca) instead of --self-signed.
     pub tls: Option<(PathBuf, PathBuf, PathBuf)>,
+    /// Set in the webhook's environment.
+    pub env: Vec<(&'static str, String)>,
 }
 
 impl Default for Options {
     fn default() -> Self {
-        Options { records: Some(Vec::new()), extra_args: Vec::new(), tls: None }
+        Options { records: Some(Vec::new()), extra_args: Vec::new(), tls: None, env: Vec::new() }
     }
 }
 
@@ -85,6 +87,7 @@ impl Webhook {
         };
         cmd.args(&options.extra_args);
         cmd.env("RUST_LOG", "info,edgegate=debug,edgegate_webhook=debug");
+        cmd.envs(options.env.iter().map(|(k, v)| (k, v)));
         cmd.stdout(Stdio::null())
             .stderr(Stdio::from(std::fs::File::create(dir.path().join("webhook.log")).expect("log file")));
         let child = cmd.spawn().expect("edgegate-webhook starts");

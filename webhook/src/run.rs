@@ -4,6 +4,7 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use edgegate::index::source::files::FileSource;
+use edgegate::runtime::supervise::essential;
 use edgegate::{RecordSource, RecordStore};
 use tokio_util::sync::CancellationToken;
 
@@ -46,7 +47,7 @@ pub async fn serve(args: Args, extra: axum::Router) -> anyhow::Result<()> {
         reloader = reloader.with_ca_bundle(ca_file, keeper)?;
     }
     let tls = Arc::new(crate::tls::server_config(reloader.resolver())?);
-    tokio::spawn(reloader.watch(shutdown.clone()));
+    essential("certificate reloader", &shutdown, reloader.watch(shutdown.clone()));
 
     let admission = Arc::new(Admission {
         source: store as Arc<dyn RecordSource>,
@@ -89,13 +90,13 @@ async fn start_record_source(
             store,
             edgegate::index::source::kubernetes::OnWatchError::KeepServing,
         );
-        tokio::spawn(edgegate::index::source::kubernetes::run(api, writer));
+        essential("EdgeReachability watch", &shutdown, edgegate::index::source::kubernetes::run(api, writer));
         return Ok(());
     }
     let source = FileSource::new(args.records_dir.clone(), store);
     let errors = Arc::clone(&source.parse_errors);
-    tokio::spawn(source.watch(shutdown.cancelled_owned()));
-    tokio::spawn(async move {
+    essential("records directory watch", &shutdown, source.watch(shutdown.clone().cancelled_owned()));
+    essential("record file error count", &shutdown, async move {
         loop {
             metrics.record_file_errors(errors.load(std::sync::atomic::Ordering::Relaxed));
             tokio::time::sleep(std::time::Duration::from_secs(1)).await;

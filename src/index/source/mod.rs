@@ -13,6 +13,8 @@ use crate::core::record::Record;
 
 /// Normalise one resource into the record the store keeps.
 pub fn record_of(resource: &EdgeReachability) -> Record {
+    #[cfg(debug_assertions)]
+    panic_if_asked(resource.metadata.namespace.as_deref().unwrap_or_default());
     let record = Record::from_entries(resource.entries().iter().map(String::as_str));
     for bad in record.invalid() {
         tracing::warn!(
@@ -24,6 +26,20 @@ pub fn record_of(resource: &EdgeReachability) -> Record {
         );
     }
     record
+}
+
+/// Names a record namespace whose delivery panics the watch handler that delivers it.
+#[cfg(debug_assertions)]
+pub const PANIC_ON_RECORD: &str = "EDGEGATE_TEST_PANIC_ON_RECORD";
+
+/// The tests' way to kill a watch task from inside (the webhook suite asserts that the process
+/// then exits rather than serve a view that stopped changing). Debug builds only: a release
+/// binary never reads the variable.
+#[cfg(debug_assertions)]
+fn panic_if_asked(namespace: &str) {
+    if std::env::var_os(PANIC_ON_RECORD).is_some_and(|asked| asked == namespace) {
+        panic!("{PANIC_ON_RECORD}={namespace}: a record of that namespace was delivered");
+    }
 }
 
 /// Add a record to a snapshot being built; a second `default` for one namespace (possible only
