@@ -49,11 +49,13 @@ pub struct Options {
     pub tls: Option<(PathBuf, PathBuf, PathBuf)>,
     /// Set in the webhook's environment.
     pub env: Vec<(&'static str, String)>,
+    /// Run this binary instead of this build's (scripts measure the release build).
+    pub binary: Option<PathBuf>,
 }
 
 impl Default for Options {
     fn default() -> Self {
-        Options { records: Some(Vec::new()), extra_args: Vec::new(), tls: None, env: Vec::new() }
+        Options { records: Some(Vec::new()), extra_args: Vec::new(), tls: None, env: Vec::new(), binary: None }
     }
 }
 
@@ -72,7 +74,8 @@ impl Webhook {
             }
         }
         let port = free_port();
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_edgegate-webhook"));
+        let binary = options.binary.clone().unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_edgegate-webhook")));
+        let mut cmd = Command::new(binary);
         cmd.arg("--listen").arg(format!("127.0.0.1:{port}"));
         cmd.arg("--records-dir").arg(dir.path().join("records"));
         let ca = match &options.tls {

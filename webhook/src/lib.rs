@@ -5,6 +5,7 @@
 pub mod admission;
 pub mod args;
 pub mod ca_bundle;
+pub mod inflight;
 pub mod metrics;
 pub mod run;
 pub mod server;

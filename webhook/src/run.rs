@@ -21,6 +21,14 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
 /// The webhook, with `extra` routes served over TLS beside its own (the load measurements'
 /// ceiling; nothing in the shipped binary).
 pub async fn serve(args: Args, extra: axum::Router) -> anyhow::Result<()> {
+    let in_flight = crate::inflight::InFlight::new(args.max_inflight_bytes);
+    anyhow::ensure!(
+        in_flight.largest() >= args.max_body_bytes,
+        "--max-inflight-bytes {} leaves {} bytes for large bodies, less than one of --max-body-bytes {}: raise it",
+        args.max_inflight_bytes,
+        in_flight.largest(),
+        args.max_body_bytes
+    );
     rustls::crypto::ring::default_provider()
         .install_default()
         .map_err(|_| anyhow::anyhow!("a rustls crypto provider was already installed"))?;
@@ -71,8 +79,9 @@ pub async fn serve(args: Args, extra: axum::Router) -> anyhow::Result<()> {
         edgegate::runtime::process::shutdown_signal().await;
         on_signal.cancel();
     });
-    let app = crate::server::routes(admission, args.max_body_bytes, extra);
-    crate::server::serve_tls(listener, tls, app, shutdown, args.shutdown_grace).await;
+    let app = crate::server::routes(admission, args.max_body_bytes, in_flight, extra);
+    let max_connections = args.max_connections as usize;
+    crate::server::serve_tls(listener, tls, app, shutdown, args.shutdown_grace, max_connections).await;
     tracing::info!("stopped");
     Ok(())
 }

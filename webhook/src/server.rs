@@ -19,6 +19,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::admission::{Admission, Endpoint};
+use crate::inflight::{InFlight, Taken};
 
 /// A TLS handshake, a request's headers or a request's body that has not arrived by then is
 /// dropped: a slow or stalled client (slowloris) holds a connection for at most this long.
@@ -28,11 +29,11 @@ const BODY_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The routes served over TLS: admission, `extra` (nothing in the shipped server; the load
 /// measurements add their ceiling routes), and the probes and metrics every binary serves.
-pub fn routes(admission: Arc<Admission>, max_body_bytes: usize, extra: Router) -> Router {
+pub fn routes(admission: Arc<Admission>, max_body_bytes: usize, in_flight: InFlight, extra: Router) -> Router {
     Router::new()
         .route("/validate", post(validate))
         .route("/mutate", post(mutate))
-        .layer(axum::Extension(BodyLimit(max_body_bytes)))
+        .layer(axum::Extension(BodyLimit(max_body_bytes, in_flight)))
         // The handlers read the body themselves, under BodyLimit and BODY_TIMEOUT.
         .layer(DefaultBodyLimit::disable())
         .with_state(Arc::clone(&admission))
@@ -41,16 +42,16 @@ pub fn routes(admission: Arc<Admission>, max_body_bytes: usize, extra: Router) -
         .fallback(not_found)
 }
 
-/// `--max-body-bytes`.
-#[derive(Clone, Copy)]
-struct BodyLimit(usize);
+/// `--max-body-bytes`, and the budget of every body in flight (`--max-inflight-bytes`).
+#[derive(Clone)]
+struct BodyLimit(usize, InFlight);
 
 async fn validate(State(a): State<Arc<Admission>>, limit: axum::Extension<BodyLimit>, request: Request) -> Response {
-    answer(&a, limit.0, request, Endpoint::Validate).await
+    answer(&a, &limit.0, request, Endpoint::Validate).await
 }
 
 async fn mutate(State(a): State<Arc<Admission>>, limit: axum::Extension<BodyLimit>, request: Request) -> Response {
-    answer(&a, limit.0, request, Endpoint::Mutate).await
+    answer(&a, &limit.0, request, Endpoint::Mutate).await
 }
 
 /// Refuse what is not a plain JSON body before reading it (a status and why).
@@ -76,32 +77,50 @@ fn check_headers(headers: &HeaderMap) -> Result<(), (StatusCode, String)> {
     Ok(())
 }
 
-/// The body, at most `limit` bytes (413 beyond), within BODY_TIMEOUT (408 after). A body over
-/// `limit` is read and dropped up to DRAIN_LIMIT more, so that the client reads the 413 rather than
-/// a reset stream; one announced larger than that is refused without reading any of it.
-async fn read_body(headers: &HeaderMap, body: axum::body::Body, limit: usize) -> Result<Bytes, Response> {
+/// The body, at most `limit` bytes (413 beyond), within BODY_TIMEOUT (408 after), its bytes
+/// taken from `in_flight` before they are read (429 when it cannot spare them: see
+/// [`crate::inflight`]). A body over `limit` is read and dropped up to DRAIN_LIMIT more, so that
+/// the client reads the 413 rather than a reset stream; one announced larger than that is refused
+/// without reading any of it.
+async fn read_body(
+    headers: &HeaderMap,
+    body: axum::body::Body,
+    limit: usize,
+    in_flight: &InFlight,
+) -> Result<(Bytes, Taken), Response> {
     use http_body_util::BodyExt;
     const DRAIN_LIMIT: usize = 64 * 1024 * 1024;
     let too_large = || error(StatusCode::PAYLOAD_TOO_LARGE, format!("body over {limit} bytes (--max-body-bytes)"));
-    let announced =
-        headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
-    if announced.is_some_and(|n| n > limit.saturating_add(DRAIN_LIMIT) as u64) {
+    let announced = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok())
+        .map(|n| usize::try_from(n).unwrap_or(usize::MAX));
+    if announced.is_some_and(|n| n > limit.saturating_add(DRAIN_LIMIT)) {
         return Err(too_large());
     }
+    // An announced body takes its bytes at once; one of unknown length as its frames arrive.
+    let mut taken = match announced {
+        Some(n) => in_flight.take(n.min(limit), announced).ok_or_else(busy)?,
+        None => Taken::default(),
+    };
     let read = async move {
         let mut body = body;
-        let (mut kept, mut seen) = (Vec::new(), 0usize);
+        let (mut kept, mut seen) = (Vec::with_capacity(announced.unwrap_or(0).min(limit)), 0usize);
         while let Some(frame) = body.frame().await {
             let frame = frame.map_err(|e| error(StatusCode::BAD_REQUEST, format!("reading the body failed: {e}")))?;
             let Ok(data) = frame.into_data() else { continue };
             seen = seen.saturating_add(data.len());
             if seen <= limit {
+                if announced.is_none() {
+                    taken.join(in_flight.take(data.len(), None).ok_or_else(busy)?);
+                }
                 kept.extend_from_slice(&data);
             } else if seen > limit.saturating_add(DRAIN_LIMIT) {
                 break;
             }
         }
-        if seen > limit { Err(too_large()) } else { Ok(Bytes::from(kept)) }
+        if seen > limit { Err(too_large()) } else { Ok((Bytes::from(kept), taken)) }
     };
     match tokio::time::timeout(BODY_TIMEOUT, read).await {
         Ok(result) => result,
@@ -109,16 +128,27 @@ async fn read_body(headers: &HeaderMap, body: axum::body::Body, limit: usize) ->
     }
 }
 
-async fn answer(admission: &Admission, limit: BodyLimit, request: Request, endpoint: Endpoint) -> Response {
+/// 429 with `Retry-After: 1`: the budget of bodies in flight cannot spare this one's bytes now.
+fn busy() -> Response {
+    let mut response = error(
+        StatusCode::TOO_MANY_REQUESTS,
+        "too many request bytes in flight (--max-inflight-bytes); retry".to_owned(),
+    );
+    response.headers_mut().insert(header::RETRY_AFTER, header::HeaderValue::from_static("1"));
+    response
+}
+
+async fn answer(admission: &Admission, limit: &BodyLimit, request: Request, endpoint: Endpoint) -> Response {
     let (parts, body) = request.into_parts();
     if let Err((status, why)) = check_headers(&parts.headers) {
         // Read (and drop) the body first, within the same bounds: answering before it is read
         // resets the unread stream on HTTP/2, and the client would see a framing error, not why.
-        let _ = read_body(&parts.headers, body, limit.0).await;
+        let _ = read_body(&parts.headers, body, limit.0, &limit.1).await;
         return error(status, why);
     }
-    let body = match read_body(&parts.headers, body, limit.0).await {
-        Ok(body) => body,
+    // Held until the answer is built: decoding is where a body costs most.
+    let (body, _taken) = match read_body(&parts.headers, body, limit.0, &limit.1).await {
+        Ok(read) => read,
         Err(refusal) => return refusal,
     };
     match admission.review(&body, endpoint) {
@@ -140,29 +170,45 @@ fn error(status: StatusCode, message: String) -> Response {
 }
 
 async fn not_found(request: Request) -> Response {
-    // Drain a small body first, for the reason given in `answer`.
+    // Drain a small body first, for the reason given in `answer` (it is dropped as it is read:
+    // nothing is held, so it takes nothing from the budget).
     let (parts, body) = request.into_parts();
-    let _ = read_body(&parts.headers, body, 64 * 1024).await;
+    let _ = read_body(&parts.headers, body, 0, &InFlight::new(0)).await;
     error(
         StatusCode::NOT_FOUND,
         "no such endpoint; POST /validate or /mutate, GET /healthz, /readyz or /metrics".to_owned(),
     )
 }
 
+/// Streams one HTTP/2 connection may have open at once (hyper's default is 200): the API server
+/// needs a handful, and each open stream may hold a body.
+const MAX_STREAMS_PER_CONNECTION: u32 = 32;
+
 /// Serve `app` over TLS until `shutdown`, then stop accepting and give in-flight requests up to
-/// `grace` to finish.
+/// `grace` to finish. At most `max_connections` are open at once: beyond that, new ones wait in
+/// the listen backlog until one closes.
 pub async fn serve_tls(
     listener: TcpListener,
     tls: Arc<rustls::ServerConfig>,
     app: Router,
     shutdown: CancellationToken,
     grace: Duration,
+    max_connections: usize,
 ) {
     let acceptor = TlsAcceptor::from(tls);
     let connections = TaskTracker::new();
+    let slots = Arc::new(tokio::sync::Semaphore::new(max_connections));
     let mut builder = auto::Builder::new(TokioExecutor::new());
     builder.http1().timer(hyper_util::rt::TokioTimer::new()).header_read_timeout(HEADER_TIMEOUT);
+    builder.http2().max_concurrent_streams(MAX_STREAMS_PER_CONNECTION);
     loop {
+        let slot = tokio::select! {
+            () = shutdown.cancelled() => break,
+            slot = Arc::clone(&slots).acquire_owned() => match slot {
+                Ok(slot) => slot,
+                Err(_) => break, // never closed
+            },
+        };
         let (tcp, peer) = tokio::select! {
             () = shutdown.cancelled() => break,
             accepted = listener.accept() => match accepted {
@@ -176,7 +222,11 @@ pub async fn serve_tls(
             },
         };
         let service = TowerToHyperService::new(app.clone());
-        connections.spawn(serve_connection(acceptor.clone(), tcp, peer, builder.clone(), service, shutdown.clone()));
+        let connection = serve_connection(acceptor.clone(), tcp, peer, builder.clone(), service, shutdown.clone());
+        connections.spawn(async move {
+            connection.await;
+            drop(slot);
+        });
     }
     drop(listener);
     connections.close();

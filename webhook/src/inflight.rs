@@ -1,0 +1,100 @@
+//! What a flood can make the webhook hold: the bytes of request bodies being read and decoded,
+//! bounded for the whole process (`--max-inflight-bytes`). Each body takes its bytes before they
+//! are read and gives them back once its answer is built; one that cannot take them now is
+//! answered 429 with `Retry-After: 1` at once (the API server retries that within the webhook's
+//! timeout; a bare 503 would be final). Without a bound, a few dozen 8 MiB reviews in flight
+//! outgrow the container's memory limit, and under `failurePolicy: Fail` every new copy on the
+//! hub is refused until the pod is back.
+//!
+//! Small bodies (announced at most [`SMALL`], what the API server sends for a copy) draw on a
+//! reserve of their own, so a flood of large ones never starves them.
+
+use std::sync::Arc;
+
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+/// A body announced no larger than this is small. A VPC copy's review is a few KiB; one of a
+/// thousand endpoints is about 200 KiB.
+pub const SMALL: usize = 256 * 1024;
+
+/// Budgets count KiB: a semaphore's permits are taken 2^32 at most at a time.
+const UNIT: usize = 1024;
+
+/// The process's budget: large bodies (and bodies of unknown length) share `large`; small ones
+/// have `small` to themselves.
+#[derive(Clone, Debug)]
+pub struct InFlight {
+    large: Arc<Semaphore>,
+    small: Arc<Semaphore>,
+    /// The most one large body may take, in bytes.
+    largest: usize,
+}
+
+/// Bytes taken from the budget, given back when dropped.
+#[derive(Debug, Default)]
+pub struct Taken(Vec<OwnedSemaphorePermit>);
+
+impl InFlight {
+    /// A budget of `bytes`: an eighth of it (at least 4 MiB, at most half) reserved for small
+    /// bodies.
+    pub fn new(bytes: usize) -> InFlight {
+        let units = bytes.div_ceil(UNIT);
+        let small = (units / 8).max(4 * 1024).min(units / 2);
+        let large = units - small;
+        InFlight {
+            large: Arc::new(Semaphore::new(large)),
+            small: Arc::new(Semaphore::new(small)),
+            largest: large * UNIT,
+        }
+    }
+
+    /// The largest body the budget can ever take: `--max-body-bytes` must fit.
+    pub fn largest(&self) -> usize {
+        self.largest
+    }
+
+    /// Take `bytes` for a body announced to be `announced` long (`None`: unknown, chunked).
+    /// `None` when the budget cannot spare them now.
+    pub fn take(&self, bytes: usize, announced: Option<usize>) -> Option<Taken> {
+        let pool = match announced {
+            Some(length) if length <= SMALL => &self.small,
+            _ => &self.large,
+        };
+        let units = u32::try_from(bytes.div_ceil(UNIT)).ok()?;
+        Arc::clone(pool).try_acquire_many_owned(units).ok().map(|permit| Taken(vec![permit]))
+    }
+}
+
+impl Taken {
+    /// Add `more` to what is held.
+    pub fn join(&mut self, more: Taken) {
+        self.0.extend(more.0);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MIB: usize = 1024 * 1024;
+
+    #[test]
+    fn large_bodies_cannot_take_the_small_ones_reserve() {
+        let budget = InFlight::new(32 * MIB);
+        let held: Vec<Taken> = (0..3).filter_map(|_| budget.take(8 * MIB, Some(8 * MIB))).collect();
+        assert_eq!(held.len(), 3, "28 MiB for large bodies: three of 8 MiB");
+        assert!(budget.take(8 * MIB, Some(8 * MIB)).is_none(), "a fourth waits");
+        assert!(budget.take(8 * MIB, None).is_none(), "so does one of unknown length");
+        let small: Vec<Taken> = (0..100).filter_map(|_| budget.take(4096, Some(4096))).collect();
+        assert_eq!(small.len(), 100, "small bodies still pass");
+        drop(held);
+        assert!(budget.take(8 * MIB, Some(8 * MIB)).is_some(), "given back when dropped");
+    }
+
+    #[test]
+    fn a_tiny_budget_still_reserves_something_for_each() {
+        let budget = InFlight::new(MIB);
+        assert!(budget.take(300 * 1024, Some(400 * 1024)).is_some());
+        assert!(budget.take(4096, Some(4096)).is_some());
+    }
+}
