@@ -8,4 +8,4 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo build --release --locked -p edgegate-webhook
 EDGEGATE_WEBHOOK_BIN="$PWD/target/release/edgegate-webhook" EDGEGATE_FLOOD_SECONDS="${1:-20}" \
-  cargo test --locked -p edgegate-webhook --test flood -- --test-threads=1 --nocapture 2>&1 | grep -E '^flood |test result'
+  cargo test --locked -p edgegate-webhook --test flood -- --test-threads=1 --nocapture 2>&1 | grep -oE 'flood .*|test result.*'
