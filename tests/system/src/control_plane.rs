@@ -49,6 +49,9 @@ fn stop(child: &mut Child) {
 
 static SHARED: OnceLock<ControlPlane> = OnceLock::new();
 
+/// The group of edgegate's ServiceAccounts (deploy/ puts them in edgegate-system).
+pub const EDGEGATE_ACCOUNTS: &str = "system:serviceaccounts:edgegate-system";
+
 /// Log lines of kube-controller-manager that together say its namespace controller runs and its
 /// garbage collector has synced its monitors (kube-controller-manager serves no health port here).
 const KCM_READY: [&str; 2] = ["\"Starting namespace controller\"", "\"Proceeding to collect garbage\""];
@@ -273,16 +276,23 @@ impl ControlPlane {
             format!("--service-account-signing-key-file={}", d("sa.key")),
             "--v=1".into(),
         ];
+        // Every request by one of edgegate's ServiceAccounts, reads included, with its answer's
+        // code: a refused one ([`ControlPlane::refused`]) is what no test may let pass unnoticed.
+        // Audited planes also log every write, and the project's objects and the records with
+        // their bodies (what was written, to replay who saw what when).
+        let mut rules = String::new();
         if audited {
-            // The project's objects and the records with their bodies (what was written, to replay
-            // who saw what when); everything else only who wrote it.
-            let policy = "apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [RequestReceived]\nrules:\n\
-                          - level: Request\n  verbs: [create, update, patch, delete]\n  resources: [{group: networking.datumapis.com}]\n\
-                          - level: Metadata\n  verbs: [create, update, patch, delete, deletecollection]\n- level: None\n";
-            std::fs::write(dir.join("audit-policy.yaml"), policy).expect("audit policy");
-            apiserver_args.push(format!("--audit-policy-file={}", d("audit-policy.yaml")));
-            apiserver_args.push(format!("--audit-log-path={}", d("audit.log")));
+            rules.push_str(
+                "- level: Request\n  verbs: [create, update, patch, delete]\n  resources: [{group: networking.datumapis.com}]\n\
+                 - level: Metadata\n  verbs: [create, update, patch, delete, deletecollection]\n",
+            );
         }
+        rules.push_str(&format!("- level: Metadata\n  userGroups: [\"{EDGEGATE_ACCOUNTS}\"]\n- level: None\n"));
+        let policy =
+            format!("apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [RequestReceived]\nrules:\n{rules}");
+        std::fs::write(dir.join("audit-policy.yaml"), policy).expect("audit policy");
+        apiserver_args.push(format!("--audit-policy-file={}", d("audit-policy.yaml")));
+        apiserver_args.push(format!("--audit-log-path={}", d("audit.log")));
         let apiserver = spawn_guarded(&bin.join("kube-apiserver"), &apiserver_args, &dir.join("kube-apiserver.log"));
         let server = format!("https://127.0.0.1:{secure}");
         let kubeconfig = dir.join("admin.kubeconfig");
@@ -415,6 +425,27 @@ impl ControlPlane {
         processes.iter().find(|p| p.name == name).expect("known process").program.clone()
     }
 
+    /// The requests by edgegate's ServiceAccounts this API server refused (403), from its audit
+    /// log: `user verb uri`, each once.
+    pub fn refused(&self) -> Vec<String> {
+        let log = std::fs::read_to_string(self.dir.join("audit.log")).unwrap_or_default();
+        let mut refused: Vec<String> = log
+            .lines()
+            .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+            .filter(|e| e["responseStatus"]["code"] == 403)
+            .filter(|e| e["user"]["groups"].as_array().is_some_and(|g| g.iter().any(|g| g == EDGEGATE_ACCOUNTS)))
+            .map(|e| format!("{} {} {}", e["user"]["username"], e["verb"], e["requestURI"]))
+            .collect();
+        refused.dedup();
+        refused
+    }
+
+    /// No request by edgegate's ServiceAccounts was refused.
+    pub fn assert_nothing_refused(&self) {
+        let refused = self.refused();
+        assert!(refused.is_empty(), "the API server refused edgegate's requests: {refused:#?}");
+    }
+
     /// An admin client.
     pub async fn client(&self) -> kube::Client {
         edgegate::runtime::client::kube_client(Some(&self.kubeconfig), None).await.expect("admin client")
@@ -459,7 +490,13 @@ impl ControlPlane {
             .status
             .and_then(|s| s.token)
             .expect("token");
-        let path = self.dir.join(format!("{ns}-{name}.kubeconfig"));
+        self.kubeconfig_with_token(&format!("{ns}-{name}"), &token)
+    }
+
+    /// A kubeconfig `dir/NAME.kubeconfig` for this API server (its CA) with `token` as the only
+    /// credential.
+    pub fn kubeconfig_with_token(&self, name: &str, token: &str) -> PathBuf {
+        let path = self.dir.join(format!("{name}.kubeconfig"));
         let admin = std::fs::read_to_string(&self.kubeconfig).expect("kubeconfig");
         let (head, _) = admin.split_once("users:").expect("users");
         std::fs::write(

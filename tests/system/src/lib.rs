@@ -6,6 +6,7 @@ pub mod cert_manager;
 pub mod control_plane;
 pub mod helpers;
 pub mod netns;
+pub mod pod;
 pub mod replica;
 pub mod secret_volume;
 pub mod soak;

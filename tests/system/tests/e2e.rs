@@ -446,6 +446,62 @@ async fn deploy_rbac_is_sufficient_and_no_wider_than_needed() {
     assert_eq!(http_status(&format!("http://127.0.0.1:{}/readyz", pruner.port), None), 503);
 }
 
+/// The pruner as deploy/ ships it: the enforce overlay rendered, its objects applied unchanged,
+/// and its Deployment run by the pod runner (its command, args and env, under its ServiceAccount's
+/// own Pod-bound token and only the shipped RBAC). The one change is a grace of 2 s instead of
+/// 30 s, from the patch below. On an API server of its own: the shipped copy selector judges every
+/// copy on the hub.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_shipped_pruner_under_its_own_service_account_deletes_only_the_unserved_copy() {
+    use edgegate_system_tests::pod::{Render, Rewrite, kustomization_with, run};
+    const PATCH: &str = "patches:
+  # The shipped grace is 30 s; 2 s keeps the test short.
+  - target: {kind: Deployment, name: edgegate-pruner}
+    patch: |-
+      - op: add
+        path: /spec/template/spec/containers/0/args/-
+        value: --grace=2s
+";
+    let cp = ControlPlane::own();
+    let client = cp.client().await;
+    let render = Render::of(&kustomization_with("e2e-shipped-pruner", &["overlays/enforce"], &[], PATCH));
+    render.apply(&cp, |o| {
+        let name = o["metadata"]["name"].as_str().unwrap_or_default();
+        matches!(o["kind"].as_str(), Some("Namespace" | "CustomResourceDefinition"))
+            || name.starts_with("edgegate-pruner")
+    });
+    namespace(&client, "shipped", &[]).await;
+    set_record(&client, "shipped", &["fd20:0:6::1"]).await;
+    for s in [
+        slice("shipped", "served", true, &["fd20:0:6::1"]),
+        slice("shipped", "unserved", true, &["fd20:0:6::9"]),
+        slice("shipped", "plain", false, &["fd20:0:6::9"]),
+    ] {
+        create(&client, "shipped", &s, false).await.expect("create");
+    }
+
+    let pod = run(&cp, &render, "edgegate-pruner", 0, &[Rewrite::ListenAddress]).await;
+    eprintln!("rewrites: {:#?}", pod.rewrites);
+    until_ready("shipped pruner ready", &pod.process, None).await;
+    let started = Instant::now();
+    let took = eventually(Duration::from_secs(60), "unserved copy deleted", async || {
+        !exists(&client, "shipped", "unserved").await
+    })
+    .await;
+    eprintln!("ready → unserved copy gone: {took:?} (grace 2 s)");
+    assert!(took < Duration::from_secs(20), "ready → copy gone took {took:?}; 2 s grace + a pass expected");
+    assert!(started.elapsed() >= Duration::from_secs(2), "not before the grace");
+    assert!(exists(&client, "shipped", "served").await && exists(&client, "shipped", "plain").await);
+    // Counted once its Event is written, a moment after the copy is gone.
+    let deleted = "edgegate_prune_deletions_total{result=\"deleted\"}";
+    eventually(Duration::from_secs(10), "the deletion counted", async || counter(&metrics(&pod.process), deleted) == 1)
+        .await;
+    let scrape = metrics(&pod.process);
+    assert_eq!(counter(&scrape, "edgegate_prune_deletions_total{result=\"error\"}"), 0, "{scrape}");
+    assert!(!pod.log().contains("forbidden"), "{}", pod.log());
+    cp.assert_nothing_refused();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_overlay_applies_server_side_dry_run() {
     let cp = shared();

@@ -1,0 +1,247 @@
+//! A rendered Deployment run the way a kubelet runs its Pod, without containers: the container's
+//! `command` and `args`, its `env` (values, and the Pod's name and namespace for `fieldRef`s),
+//! and the credentials of **its own ServiceAccount** (a token bound to a Pod object created for
+//! it), so a suite runs what deploy/ ships and not flags or credentials of its own choosing.
+//!
+//! What cannot be reproduced without a kubelet is rewritten, each rewrite of a kind the test
+//! declares ([`Rewrite`]) and listed in the log; any other difference fails the test:
+//! - the image's `/usr/local/bin/<binary>` is the binary cargo built;
+//! - the in-cluster credentials (the token, CA and namespace files under
+//!   `/var/run/secrets/kubernetes.io/serviceaccount` and `KUBERNETES_SERVICE_HOST`) are a
+//!   `KUBECONFIG` naming the test API server and the Pod's own token: the binaries read it the way
+//!   kube's `Config::infer` does in a Pod, through the same client code;
+//! - listen addresses (`0.0.0.0:<containerPort>`) are `127.0.0.1:<a free port>`, as tests share
+//!   one network.
+//!
+//! Timings shorter than the shipped defaults come from a kustomize patch the test writes where a
+//! reader sees it ([`kustomization_with`]), never from here.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use k8s_openapi::api::authentication::v1::{BoundObjectReference, TokenRequest, TokenRequestSpec};
+use k8s_openapi::api::core::v1::{Pod, ServiceAccount};
+use kube::Api;
+use kube::api::PostParams;
+use serde_json::{Value, json};
+
+use crate::control_plane::{ControlPlane, spawn_guarded};
+use crate::helpers::{Process, binary, free_port};
+
+/// The kinds of rewrite a test allows the runner ([`run`] fails on any other).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Rewrite {
+    /// `--<flag>=0.0.0.0:<port>` → `127.0.0.1:<free port>`.
+    ListenAddress,
+}
+
+/// `kubectl kustomize DIR`, parsed: the objects a user applies.
+pub struct Render {
+    pub objects: Vec<Value>,
+}
+
+impl Render {
+    pub fn of(dir: &Path) -> Render {
+        let out = Command::new("kubectl").arg("kustomize").arg(dir).output().expect("kubectl kustomize runs");
+        assert!(out.status.success(), "kustomize {}: {}", dir.display(), String::from_utf8_lossy(&out.stderr));
+        let text = String::from_utf8(out.stdout).expect("utf-8");
+        let objects = text
+            .split("\n---\n")
+            .filter(|doc| !doc.trim().is_empty())
+            .map(|doc| serde_saphyr::from_str::<Value>(doc).expect("rendered YAML"))
+            .collect();
+        Render { objects }
+    }
+
+    /// The rendered object of `kind` named `name`.
+    pub fn get(&self, kind: &str, name: &str) -> &Value {
+        self.objects
+            .iter()
+            .find(|o| o["kind"] == kind && o["metadata"]["name"] == name)
+            .unwrap_or_else(|| panic!("the render has no {kind} {name}"))
+    }
+
+    /// Apply (server-side, as the docs do) the rendered objects `keep` selects, unchanged.
+    pub fn apply(&self, cp: &ControlPlane, keep: impl Fn(&Value) -> bool) {
+        let docs: Vec<String> =
+            self.objects.iter().filter(|o| keep(o)).map(|o| serde_json::to_string(o).expect("json")).collect();
+        let file = cp.dir.join(format!("render-{}.json", free_port()));
+        let list = format!("{{\"apiVersion\": \"v1\", \"kind\": \"List\", \"items\": [{}]}}", docs.join(","));
+        std::fs::write(&file, list).expect("write render");
+        let out = Command::new("kubectl")
+            .arg("--kubeconfig")
+            .arg(&cp.kubeconfig)
+            .args(["apply", "--server-side", "-f"])
+            .arg(&file)
+            .output()
+            .expect("kubectl apply runs");
+        assert!(out.status.success(), "apply: {}", String::from_utf8_lossy(&out.stderr));
+    }
+}
+
+/// A user's kustomization of the repo's `resources` and `components` (paths under deploy/) with
+/// `extra` appended (e.g. a `patches:` block), in target/kustomize-test/NAME.
+pub fn kustomization_with(name: &str, resources: &[&str], components: &[&str], extra: &str) -> PathBuf {
+    let dir = crate::helpers::kustomization(name, resources, components);
+    let path = dir.join("kustomization.yaml");
+    let text = std::fs::read_to_string(&path).expect("kustomization");
+    std::fs::write(&path, format!("{text}{extra}")).expect("write");
+    dir
+}
+
+/// One replica of a rendered Deployment, stopped when dropped.
+pub struct RunningPod {
+    pub process: Process,
+    pub name: String,
+    pub namespace: String,
+    /// Its container ports by name, where they listen now.
+    pub ports: BTreeMap<String, u16>,
+    /// Every rewrite made, `before → after`.
+    pub rewrites: Vec<String>,
+}
+
+impl RunningPod {
+    /// The port its container port `name` listens on.
+    pub fn port(&self, name: &str) -> u16 {
+        *self.ports.get(name).unwrap_or_else(|| panic!("no container port {name}"))
+    }
+
+    pub fn log(&self) -> String {
+        self.process.log()
+    }
+}
+
+/// Run replica `replica` of the Deployment `deployment` of `render` (already applied): create
+/// its Pod object, request its ServiceAccount's token bound to that Pod, and start its first
+/// container's command as a kubelet would, with only the rewrites `allowed` lists.
+pub async fn run(
+    cp: &ControlPlane,
+    render: &Render,
+    deployment: &str,
+    replica: usize,
+    allowed: &[Rewrite],
+) -> RunningPod {
+    let object = render.get("Deployment", deployment);
+    let namespace = object["metadata"]["namespace"].as_str().expect("Deployment namespace").to_owned();
+    let template = &object["spec"]["template"];
+    let spec = &template["spec"];
+    let container = &spec["containers"][0];
+    let account = spec["serviceAccountName"].as_str().expect("serviceAccountName").to_owned();
+    let name = format!("{deployment}-{replica}-{}", free_port());
+    let client = cp.client().await;
+
+    // The Pod object, as the ReplicaSet controller would create it (what the token is bound to).
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &namespace);
+    let pod = json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace, "labels": template["metadata"]["labels"]},
+        "spec": spec,
+    });
+    let pod: Pod = serde_json::from_value(pod).expect("pod");
+    let pod = pods.create(&PostParams::default(), &pod).await.expect("create Pod");
+    let uid = pod.metadata.uid.clone().expect("pod uid");
+
+    // Its ServiceAccount's token, bound to the Pod: what the kubelet projects.
+    let accounts: Api<ServiceAccount> = Api::namespaced(client, &namespace);
+    let request = TokenRequest {
+        spec: Some(TokenRequestSpec {
+            expiration_seconds: Some(3600),
+            bound_object_ref: Some(BoundObjectReference {
+                api_version: Some("v1".into()),
+                kind: Some("Pod".into()),
+                name: Some(name.clone()),
+                uid: Some(uid),
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let token = accounts
+        .create_token_request(&account, &PostParams::default(), &request)
+        .await
+        .unwrap_or_else(|e| panic!("token of ServiceAccount {namespace}/{account}: {e}"))
+        .status
+        .and_then(|s| s.token)
+        .expect("token");
+    let kubeconfig = cp.kubeconfig_with_token(&format!("pod-{name}"), &token);
+
+    let mut rewrites = Vec::new();
+    let command: Vec<String> = strings(&container["command"]);
+    assert!(!command.is_empty(), "{deployment}: the container has no command");
+    let program = match command[0].strip_prefix("/usr/local/bin/") {
+        Some(name) => binary(name),
+        None => panic!("{deployment}: command {:?} is not one of the image's binaries", command[0]),
+    };
+    rewrites.push(format!("{} → {}", command[0], program.display()));
+
+    // Container ports by number, to rewrite the listen addresses that name them.
+    let declared: BTreeMap<u64, String> = container["ports"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|p| Some((p["containerPort"].as_u64()?, p["name"].as_str()?.to_owned())))
+        .collect();
+    let mut ports = BTreeMap::new();
+    let mut args = command[1..].to_vec();
+    for arg in strings(&container["args"]) {
+        let rewritten = listen_rewrite(&arg, &declared, &mut ports);
+        if let Some(new) = rewritten {
+            assert!(allowed.contains(&Rewrite::ListenAddress), "{deployment}: {arg} needs Rewrite::ListenAddress");
+            rewrites.push(format!("{arg} → {new}"));
+            args.push(new);
+        } else {
+            args.push(arg);
+        }
+    }
+
+    // The container's environment: values, and the Pod's own name and namespace.
+    let mut env = vec![format!("KUBECONFIG={}", kubeconfig.display())];
+    rewrites.push(format!("in-cluster credentials → KUBECONFIG={} (ServiceAccount {account})", kubeconfig.display()));
+    for var in container["env"].as_array().into_iter().flatten() {
+        let key = var["name"].as_str().expect("env name");
+        let value = if let Some(value) = var["value"].as_str() {
+            value.to_owned()
+        } else {
+            match var["valueFrom"]["fieldRef"]["fieldPath"].as_str() {
+                Some("metadata.name") => name.clone(),
+                Some("metadata.namespace") => namespace.clone(),
+                _ => panic!(
+                    "{deployment}: env {key} comes from {:?}, which the runner does not provide",
+                    var["valueFrom"]
+                ),
+            }
+        };
+        env.push(format!("{key}={value}"));
+    }
+    assert!(
+        spec["volumes"].as_array().is_none_or(Vec::is_empty),
+        "{deployment}: volumes are not provided by the runner yet"
+    );
+
+    // A container's environment is its own: nothing of the test process leaks in.
+    let mut full = vec!["-i".to_owned()];
+    full.extend(env);
+    full.push(program.display().to_string());
+    full.extend(args);
+    let log = cp.dir.join(format!("{name}.log"));
+    std::fs::write(&log, format!("pod {namespace}/{name}, rewrites:\n  {}\n", rewrites.join("\n  "))).expect("log");
+    let child = spawn_guarded(Path::new("env"), &full, &log);
+    let admin = ports.values().next().copied().unwrap_or_default();
+    RunningPod { process: Process { child, port: admin, log }, name, namespace, ports, rewrites }
+}
+
+/// `--flag=0.0.0.0:<port>` naming a declared container port → `--flag=127.0.0.1:<free port>`,
+/// noting the port under the container port's name.
+fn listen_rewrite(arg: &str, declared: &BTreeMap<u64, String>, ports: &mut BTreeMap<String, u16>) -> Option<String> {
+    let (flag, value) = arg.split_once('=')?;
+    let port: u64 = value.strip_prefix("0.0.0.0:")?.parse().ok()?;
+    let name = declared.get(&port)?;
+    let local = free_port();
+    ports.insert(name.clone(), local);
+    Some(format!("{flag}=127.0.0.1:{local}"))
+}
+
+fn strings(value: &Value) -> Vec<String> {
+    value.as_array().into_iter().flatten().filter_map(|v| v.as_str().map(str::to_owned)).collect()
+}
