@@ -366,15 +366,23 @@ fn held_pruner(
     pace: Duration,
     grace: Duration,
 ) -> (Pruner, Log, Arc<RecordStore>) {
+    held_pruner_reading(records.clone(), records, copies, pace, grace)
+}
+
+/// The same with the hub's records (what a GET of one answers) apart from the cached ones: the
+/// hub ahead of the watch.
+fn held_pruner_reading(
+    records: Vec<Value>,
+    on_the_hub: Vec<Value>,
+    copies: Vec<Value>,
+    pace: Duration,
+    grace: Duration,
+) -> (Pruner, Log, Arc<RecordStore>) {
     use edgegate::index::copies::CopyWriter;
     use edgegate::index::source::follow::WatchSink;
     use edgegate::index::source::kubernetes::{OnWatchError, StoreWriter};
-    let scenario = Scenario {
-        records: Some(records.clone()),
-        copies: copies.clone(),
-        delete_status: 200,
-        refuse_record_reads: false,
-    };
+    let scenario =
+        Scenario { records: Some(on_the_hub), copies: copies.clone(), delete_status: 200, refuse_record_reads: false };
     let (client, log) = serve(scenario);
     let store = Arc::new(RecordStore::new("default"));
     let mut writer = StoreWriter::new(Arc::clone(&store), OnWatchError::Unsync);
@@ -563,4 +571,22 @@ async fn a_refused_read_before_the_delete_keeps_the_copy_and_counts_an_error() {
     assert!(h.deletes().is_empty(), "kept: {:?}", h.deletes());
     assert!(h.metrics.deletions("error") >= 1, "counted as an error");
     assert_eq!(h.metrics.deletions("skipped"), 0);
+}
+
+/// The watch trails the hub: the cached record names none of the copy's addresses, the record on
+/// the hub names one again. The read right before the DELETE keeps the copy.
+#[tokio::test]
+async fn a_record_that_names_the_copy_on_the_hub_before_the_watch_says_so_keeps_it() {
+    let copies = vec![copy("ns-a", "web", &["fd00::9"])];
+    let (pruner, log, _) = held_pruner_reading(
+        vec![record("ns-a", &[])],
+        vec![record("ns-a", &["fd00::9"])],
+        copies,
+        Duration::ZERO,
+        Duration::ZERO,
+    );
+    assert_eq!(pruner.pass(&Scope::Namespace("ns-a".into())).await, [Outcome::Skipped]);
+    let log = log.lock().expect("log");
+    assert_eq!(log.iter().filter(|s| record_read(s.path()).is_some()).count(), 1, "read once: {log:?}");
+    assert!(!log.iter().any(|s| s.method == "DELETE"), "kept: {log:?}");
 }

@@ -95,10 +95,6 @@ pub struct Args {
     #[arg(long, env = "EDGEGATE_MAX_INFLIGHT_BYTES", default_value_t = 32 * 1024 * 1024)]
     pub max_inflight_bytes: usize,
 
-    /// Connections open at once; more wait in the listen backlog.
-    #[arg(long, env = "EDGEGATE_MAX_CONNECTIONS", default_value_t = 512, value_parser = clap::value_parser!(u32).range(1..))]
-    pub max_connections: u32,
-
     /// Also serve /healthz, /readyz and /metrics over plain HTTP on this address.
     #[arg(long, env = "EDGEGATE_ADMIN_LISTEN")]
     pub admin_listen: Option<SocketAddr>,

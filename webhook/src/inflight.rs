@@ -30,10 +30,6 @@ pub struct InFlight {
     largest: usize,
 }
 
-/// Bytes taken from the budget, given back when dropped.
-#[derive(Debug, Default)]
-pub struct Taken(Vec<OwnedSemaphorePermit>);
-
 impl InFlight {
     /// A budget of `bytes`: an eighth of it (at least 4 MiB, at most half) reserved for small
     /// bodies.
@@ -53,23 +49,34 @@ impl InFlight {
         self.largest
     }
 
-    /// Take `bytes` for a body announced to be `announced` long (`None`: unknown, chunked).
-    /// `None` when the budget cannot spare them now.
-    pub fn take(&self, bytes: usize, announced: Option<usize>) -> Option<Taken> {
-        let pool = match announced {
-            Some(length) if length <= SMALL => &self.small,
-            _ => &self.large,
-        };
-        let units = u32::try_from(bytes.div_ceil(UNIT)).ok()?;
-        Arc::clone(pool).try_acquire_many_owned(units).ok().map(|permit| Taken(vec![permit]))
+    /// Grow what `taken` holds to cover `bytes` of a body announced to be `announced` long
+    /// (`None`: unknown, chunked), as they arrive: a request that announces much and sends
+    /// little holds only what it sent. A small body takes from the reserve, and from the large
+    /// pool when the reserve is spent. False when the budget cannot spare them now.
+    pub fn cover(&self, taken: &mut Taken, bytes: usize, announced: Option<usize>) -> bool {
+        let needed = bytes.div_ceil(UNIT).saturating_sub(taken.units);
+        if needed == 0 {
+            return true;
+        }
+        let Ok(units) = u32::try_from(needed) else { return false };
+        let small = announced.is_some_and(|length| length <= SMALL);
+        let pools: &[&Arc<Semaphore>] = if small { &[&self.small, &self.large] } else { &[&self.large] };
+        for pool in pools {
+            if let Ok(permit) = Arc::clone(pool).try_acquire_many_owned(units) {
+                taken.permits.push(permit);
+                taken.units += needed;
+                return true;
+            }
+        }
+        false
     }
 }
 
-impl Taken {
-    /// Add `more` to what is held.
-    pub fn join(&mut self, more: Taken) {
-        self.0.extend(more.0);
-    }
+/// Bytes taken from the budget, given back when dropped.
+#[derive(Debug, Default)]
+pub struct Taken {
+    permits: Vec<OwnedSemaphorePermit>,
+    units: usize,
 }
 
 #[cfg(test)]
@@ -78,23 +85,51 @@ mod tests {
 
     const MIB: usize = 1024 * 1024;
 
+    fn take(budget: &InFlight, bytes: usize, announced: Option<usize>) -> Option<Taken> {
+        let mut taken = Taken::default();
+        budget.cover(&mut taken, bytes, announced).then_some(taken)
+    }
+
     #[test]
     fn large_bodies_cannot_take_the_small_ones_reserve() {
         let budget = InFlight::new(32 * MIB);
-        let held: Vec<Taken> = (0..3).filter_map(|_| budget.take(8 * MIB, Some(8 * MIB))).collect();
+        let held: Vec<Taken> = (0..3).filter_map(|_| take(&budget, 8 * MIB, Some(8 * MIB))).collect();
         assert_eq!(held.len(), 3, "28 MiB for large bodies: three of 8 MiB");
-        assert!(budget.take(8 * MIB, Some(8 * MIB)).is_none(), "a fourth waits");
-        assert!(budget.take(8 * MIB, None).is_none(), "so does one of unknown length");
-        let small: Vec<Taken> = (0..100).filter_map(|_| budget.take(4096, Some(4096))).collect();
+        assert!(take(&budget, 8 * MIB, Some(8 * MIB)).is_none(), "a fourth waits");
+        assert!(take(&budget, 8 * MIB, None).is_none(), "so does one of unknown length");
+        let small: Vec<Taken> = (0..100).filter_map(|_| take(&budget, 4096, Some(4096))).collect();
         assert_eq!(small.len(), 100, "small bodies still pass");
         drop(held);
-        assert!(budget.take(8 * MIB, Some(8 * MIB)).is_some(), "given back when dropped");
+        assert!(take(&budget, 8 * MIB, Some(8 * MIB)).is_some(), "given back when dropped");
+    }
+
+    #[test]
+    fn bytes_are_taken_as_they_arrive_and_counted_whole() {
+        let budget = InFlight::new(32 * MIB);
+        // Announcing 8 MiB and sending nothing holds nothing.
+        let mut announced = Taken::default();
+        assert!(budget.cover(&mut announced, 0, Some(8 * MIB)));
+        assert_eq!(announced.units, 0);
+        // A body arriving a byte at a time pays for its bytes, not a unit per frame.
+        let mut trickle = Taken::default();
+        for seen in 1..=4096 {
+            assert!(budget.cover(&mut trickle, seen, None));
+        }
+        assert_eq!(trickle.units, 4);
+    }
+
+    #[test]
+    fn small_bodies_fall_back_to_the_large_pool() {
+        let budget = InFlight::new(32 * MIB);
+        let reserve: Vec<Taken> = (0..16).filter_map(|_| take(&budget, 256 * 1024, Some(256 * 1024))).collect();
+        assert_eq!(reserve.len(), 16, "the 4 MiB reserve, spent");
+        assert!(take(&budget, 4096, Some(4096)).is_some(), "from the large pool");
     }
 
     #[test]
     fn a_tiny_budget_still_reserves_something_for_each() {
         let budget = InFlight::new(MIB);
-        assert!(budget.take(300 * 1024, Some(400 * 1024)).is_some());
-        assert!(budget.take(4096, Some(4096)).is_some());
+        assert!(take(&budget, 300 * 1024, Some(400 * 1024)).is_some());
+        assert!(take(&budget, 4096, Some(4096)).is_some());
     }
 }

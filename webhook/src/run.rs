@@ -80,8 +80,7 @@ pub async fn serve(args: Args, extra: axum::Router) -> anyhow::Result<()> {
         on_signal.cancel();
     });
     let app = crate::server::routes(admission, args.max_body_bytes, in_flight, extra);
-    let max_connections = args.max_connections as usize;
-    crate::server::serve_tls(listener, tls, app, shutdown, args.shutdown_grace, max_connections).await;
+    crate::server::serve_tls(listener, tls, app, shutdown, args.shutdown_grace).await;
     tracing::info!("stopped");
     Ok(())
 }

@@ -99,21 +99,18 @@ async fn read_body(
     if announced.is_some_and(|n| n > limit.saturating_add(DRAIN_LIMIT)) {
         return Err(too_large());
     }
-    // An announced body takes its bytes at once; one of unknown length as its frames arrive.
-    let mut taken = match announced {
-        Some(n) => in_flight.take(n.min(limit), announced).ok_or_else(busy)?,
-        None => Taken::default(),
-    };
     let read = async move {
         let mut body = body;
-        let (mut kept, mut seen) = (Vec::with_capacity(announced.unwrap_or(0).min(limit)), 0usize);
+        // Bytes are taken as they arrive: a request that announces much and sends little holds
+        // only what it sent. The announced length only says which pool they come from.
+        let (mut kept, mut seen, mut taken) = (Vec::new(), 0usize, Taken::default());
         while let Some(frame) = body.frame().await {
             let frame = frame.map_err(|e| error(StatusCode::BAD_REQUEST, format!("reading the body failed: {e}")))?;
             let Ok(data) = frame.into_data() else { continue };
             seen = seen.saturating_add(data.len());
             if seen <= limit {
-                if announced.is_none() {
-                    taken.join(in_flight.take(data.len(), None).ok_or_else(busy)?);
+                if !in_flight.cover(&mut taken, seen, announced) {
+                    return Err(busy());
                 }
                 kept.extend_from_slice(&data);
             } else if seen > limit.saturating_add(DRAIN_LIMIT) {
@@ -184,31 +181,35 @@ async fn not_found(request: Request) -> Response {
 /// needs a handful, and each open stream may hold a body.
 const MAX_STREAMS_PER_CONNECTION: u32 = 32;
 
+/// What an HTTP/2 peer may send before a handler reads it (hyper's default is 1 MiB a
+/// connection): data buffered outside the in-flight budget, per connection.
+const H2_CONNECTION_WINDOW: u32 = 256 * 1024;
+const H2_STREAM_WINDOW: u32 = 64 * 1024;
+
 /// Serve `app` over TLS until `shutdown`, then stop accepting and give in-flight requests up to
-/// `grace` to finish. At most `max_connections` are open at once: beyond that, new ones wait in
-/// the listen backlog until one closes.
+/// `grace` to finish.
+///
+/// The number of connections is not capped here: a cap that makes new connections wait lets a
+/// few hundred idle ones (handshaken, then silent) lock the API server out for as long as they
+/// stay. What a connection may make the process hold is bounded instead: its HTTP/2 windows and
+/// streams, and the bodies in flight ([`crate::inflight`]).
 pub async fn serve_tls(
     listener: TcpListener,
     tls: Arc<rustls::ServerConfig>,
     app: Router,
     shutdown: CancellationToken,
     grace: Duration,
-    max_connections: usize,
 ) {
     let acceptor = TlsAcceptor::from(tls);
     let connections = TaskTracker::new();
-    let slots = Arc::new(tokio::sync::Semaphore::new(max_connections));
     let mut builder = auto::Builder::new(TokioExecutor::new());
     builder.http1().timer(hyper_util::rt::TokioTimer::new()).header_read_timeout(HEADER_TIMEOUT);
-    builder.http2().max_concurrent_streams(MAX_STREAMS_PER_CONNECTION);
+    builder
+        .http2()
+        .max_concurrent_streams(MAX_STREAMS_PER_CONNECTION)
+        .initial_connection_window_size(H2_CONNECTION_WINDOW)
+        .initial_stream_window_size(H2_STREAM_WINDOW);
     loop {
-        let slot = tokio::select! {
-            () = shutdown.cancelled() => break,
-            slot = Arc::clone(&slots).acquire_owned() => match slot {
-                Ok(slot) => slot,
-                Err(_) => break, // never closed
-            },
-        };
         let (tcp, peer) = tokio::select! {
             () = shutdown.cancelled() => break,
             accepted = listener.accept() => match accepted {
@@ -222,11 +223,7 @@ pub async fn serve_tls(
             },
         };
         let service = TowerToHyperService::new(app.clone());
-        let connection = serve_connection(acceptor.clone(), tcp, peer, builder.clone(), service, shutdown.clone());
-        connections.spawn(async move {
-            connection.await;
-            drop(slot);
-        });
+        connections.spawn(serve_connection(acceptor.clone(), tcp, peer, builder.clone(), service, shutdown.clone()));
     }
     drop(listener);
     connections.close();
