@@ -134,6 +134,13 @@ impl Producer {
             }
             return Written::Skipped;
         }
+        if index.undecodable_in(namespace) {
+            // An object there cannot be decoded: what it would add is unknown, so the record
+            // stays as it is (and withdraws nothing) until it is deleted or decodes.
+            self.end_withdrawals(|ns| ns == hub_ns);
+            tracing::debug!(project, namespace, "an object cannot be decoded; record left as it is");
+            return Written::Skipped;
+        }
         if !self.view.has_namespace(&hub_ns) {
             tracing::debug!(project, namespace, hub_namespace = hub_ns, "no hub namespace yet; nothing written");
             return Written::NoHubNamespace;

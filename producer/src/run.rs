@@ -197,7 +197,12 @@ pub fn start_hub_watches(
 /// Follow `api` into `sink` for as long as the process runs, or until the handle is aborted: a
 /// watch that died would leave its index frozen and still synced, so one that ends stops the
 /// process ([`essential`]). `of` names whose watch it is in the logs.
-fn spawn_follow<K, S>(of: &str, api: Api<K>, mut sink: S, shutdown: &CancellationToken) -> JoinHandle<()>
+fn spawn_follow<K, S>(
+    of: &str,
+    api: Api<kube::core::DeserializeGuard<K>>,
+    mut sink: S,
+    shutdown: &CancellationToken,
+) -> JoinHandle<()>
 where
     K: kube::Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + 'static,
     K::DynamicType: Default,

@@ -40,6 +40,7 @@ impl Metrics {
 
     pub fn new() -> Self {
         let mut registry = Registry::with_prefix("edgegate");
+        edgegate::runtime::metrics::register_undecodable(&mut registry);
         let deletions: Family<ResultLabels, Counter> = registered(
             &mut registry,
             "prune_deletions",

@@ -11,6 +11,7 @@ use edgegate::runtime::controller::Controller;
 use edgegate::runtime::lease::Leadership;
 use edgegate::runtime::supervise::essential;
 use edgegate::{EdgeReachability, RecordSource, RecordStore, Slice};
+use kube::core::DeserializeGuard;
 use kube::runtime::watcher;
 use kube::{Api, Client};
 use tokio::sync::mpsc;
@@ -109,9 +110,9 @@ pub fn start_watches(
     if let Some(observer) = observer {
         record_writer = record_writer.with_observer(observer);
     }
-    let record_api: Api<EdgeReachability> = Api::all(client.clone());
+    let record_api: Api<DeserializeGuard<EdgeReachability>> = Api::all(client.clone());
     let mut copy_writer = CopyWriter::new(Arc::clone(copies)).with_changes(changes);
-    let copy_api: Api<Slice> = Api::all(client.clone());
+    let copy_api: Api<DeserializeGuard<Slice>> = Api::all(client.clone());
     let config = watcher::Config::default().labels(selector.as_str());
     vec![
         essential("EdgeReachability watch", shutdown, async move {

@@ -89,7 +89,7 @@ impl HubWriter {
 }
 
 impl SnapshotSink<NamespaceMeta> for HubWriter {
-    fn replace(&mut self, list: Vec<NamespaceMeta>) {
+    fn replace(&mut self, list: Vec<NamespaceMeta>, _undecodable: Vec<kube::core::error_boundary::InvalidObject>) {
         *write(&self.view.namespaces) = list.iter().map(ResourceExt::name_any).collect();
         self.view.namespaces_synced.store(true, Ordering::Release);
         let _ = self.changes.send(Change::All);
@@ -111,7 +111,9 @@ impl SnapshotSink<NamespaceMeta> for HubWriter {
 }
 
 impl SnapshotSink<EdgeReachability> for HubWriter {
-    fn replace(&mut self, list: Vec<EdgeReachability>) {
+    /// A record on the hub that cannot be decoded is skipped: the producer writes that
+    /// namespace's record whole, which puts it right.
+    fn replace(&mut self, list: Vec<EdgeReachability>, _undecodable: Vec<kube::core::error_boundary::InvalidObject>) {
         let wanted = |r: &EdgeReachability| r.name_any() == self.view.record_name;
         *write(&self.view.records) = list
             .iter()

@@ -2,11 +2,12 @@
 //! NetworkService, NetworkInterface, EndpointSlice, Namespace). The project is synced only while
 //! every one of them is whole: listed, and followed without an error since.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
+use kube::core::error_boundary::InvalidObject;
 use kube::runtime::watcher;
 use tokio::sync::mpsc::UnboundedSender;
 
@@ -34,6 +35,9 @@ pub struct ProjectIndex {
     /// Which index this is, of every one made in this process: a project engaged again is
     /// another view.
     engagement: u64,
+    /// Objects that could not be decoded, by namespace, as (kind slot, name): what they would
+    /// add to the answer is unknown, so their namespace is not answered.
+    undecodable: RwLock<HashMap<String, BTreeSet<(usize, String)>>>,
 }
 
 impl Default for ProjectIndex {
@@ -46,6 +50,7 @@ impl Default for ProjectIndex {
             unsyncs: AtomicU64::new(0),
             whole_since: Mutex::default(),
             engagement: MADE.fetch_add(1, Ordering::Relaxed),
+            undecodable: RwLock::default(),
         }
     }
 }
@@ -83,6 +88,13 @@ impl ProjectIndex {
     /// Which index this is, of every one made in this process.
     pub fn engagement(&self) -> u64 {
         self.engagement
+    }
+
+    /// Does the namespace hold an object that could not be decoded? Its answer is unknown then:
+    /// nothing is written for it (its record stays as it is) until that object is deleted or
+    /// decodes.
+    pub fn undecodable_in(&self, namespace: &str) -> bool {
+        read(&self.undecodable).get(namespace).is_some_and(|names| !names.is_empty())
     }
 
     /// The answer for one namespace: empty when it holds none of the kinds.
@@ -192,8 +204,38 @@ fn key<K: kube::Resource>(object: &K) -> (String, String) {
     (meta.namespace.clone().unwrap_or_default(), meta.name.clone().unwrap_or_default())
 }
 
+impl KindWriter {
+    /// The objects of kind `slot` that cannot be decoded are `bad` from now on.
+    fn replace_undecodable(&self, slot: usize, bad: Vec<InvalidObject>) {
+        let mut undecodable = write(&self.index.undecodable);
+        for names in undecodable.values_mut() {
+            names.retain(|(s, _)| *s != slot);
+        }
+        for object in bad {
+            let (ns, name) = (object.metadata.namespace.unwrap_or_default(), object.metadata.name.unwrap_or_default());
+            undecodable.entry(ns).or_default().insert((slot, name));
+        }
+        undecodable.retain(|_, names| !names.is_empty());
+    }
+
+    /// One object of kind `slot` cannot be decoded now (`bad`), or is gone or decodes again.
+    fn set_undecodable(&self, slot: usize, ns: &str, name: &str, bad: bool) {
+        let mut undecodable = write(&self.index.undecodable);
+        if bad {
+            undecodable.entry(ns.to_owned()).or_default().insert((slot, name.to_owned()));
+        } else if let Some(names) = undecodable.get_mut(ns) {
+            names.remove(&(slot, name.to_owned()));
+            if names.is_empty() {
+                undecodable.remove(ns);
+            }
+        }
+    }
+}
+
 impl<K: Indexed> SnapshotSink<K> for KindWriter {
-    fn replace(&mut self, list: Vec<K>) {
+    fn replace(&mut self, list: Vec<K>, bad: Vec<InvalidObject>) {
+        // Unreadable first: a namespace is never answered without its undecodable object known.
+        self.replace_undecodable(K::SLOT, bad);
         {
             let mut namespaces = write(&self.index.namespaces);
             for ns in namespaces.values_mut() {
@@ -210,6 +252,7 @@ impl<K: Indexed> SnapshotSink<K> for KindWriter {
 
     fn applied(&mut self, object: K) {
         let (ns, name) = key(&object);
+        self.set_undecodable(K::SLOT, &ns, &name, false);
         K::map(write(&self.index.namespaces).entry(ns.clone()).or_default()).insert(name, object);
         let _ = self.changes.send(Change::Namespace(ns));
     }
@@ -219,16 +262,27 @@ impl<K: Indexed> SnapshotSink<K> for KindWriter {
         if let Some(objects) = write(&self.index.namespaces).get_mut(&ns) {
             K::map(objects).remove(&name);
         }
+        self.set_undecodable(K::SLOT, &ns, &name, false);
         let _ = self.changes.send(Change::Namespace(ns));
     }
 
     fn failed(&mut self, error: &watcher::Error) {
         self.unsync(K::SLOT, error, &K::kind(&()));
     }
+
+    fn undecodable(&mut self, object: &InvalidObject, gone: bool) {
+        let meta = &object.metadata;
+        let (ns, name) = (meta.namespace.clone().unwrap_or_default(), meta.name.clone().unwrap_or_default());
+        self.set_undecodable(K::SLOT, &ns, &name, !gone);
+        if gone && let Some(objects) = write(&self.index.namespaces).get_mut(&ns) {
+            K::map(objects).remove(&name);
+        }
+        let _ = self.changes.send(Change::Namespace(ns));
+    }
 }
 
 impl SnapshotSink<NamespaceMeta> for KindWriter {
-    fn replace(&mut self, list: Vec<NamespaceMeta>) {
+    fn replace(&mut self, list: Vec<NamespaceMeta>, _undecodable: Vec<InvalidObject>) {
         *write(&self.index.uids) = list.iter().filter_map(name_and_uid).collect();
         self.index.listed(NAMESPACE_SLOT);
         let _ = self.changes.send(Change::All);
@@ -261,7 +315,46 @@ fn name_and_uid(ns: &NamespaceMeta) -> Option<(String, String)> {
 mod tests {
     use super::*;
     use crate::core::fixtures::copy;
-    use crate::index::source::follow::{WatchSink, Whole};
+    use crate::index::source::follow::{Phase, WatchSink, Whole};
+
+    /// An object that cannot be decoded leaves its namespace unanswered, and no other, until it
+    /// is deleted or decodes.
+    #[test]
+    fn an_undecodable_object_leaves_only_its_namespace_unanswered() {
+        let index = Arc::new(ProjectIndex::default());
+        let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
+        let mut proxies: Whole<_, HttpProxy> = Whole::new(KindWriter::new(Arc::clone(&index), tx.clone()));
+        let mut services: Whole<_, NetworkService> = Whole::new(KindWriter::new(Arc::clone(&index), tx));
+        let bad = |ns: &str, name: &str| InvalidObject {
+            error: "invalid type: string, expected a sequence".into(),
+            metadata: kube::api::ObjectMeta {
+                namespace: Some(ns.into()),
+                name: Some(name.into()),
+                ..Default::default()
+            },
+        };
+        proxies.relist_started();
+        proxies.undecodable(&bad("p", "web"), Phase::Listed);
+        proxies.relist_done();
+        assert!(index.undecodable_in("p"));
+        assert!(!index.undecodable_in("q"));
+        // Another kind's relist leaves the proxy's mark alone.
+        services.relist_started();
+        services.relist_done();
+        assert!(index.undecodable_in("p"));
+        let web: HttpProxy = serde_json::from_value(serde_json::json!({
+            "apiVersion": "networking.datumapis.com/v1alpha", "kind": "HTTPProxy",
+            "metadata": {"name": "web", "namespace": "p"}, "spec": {"rules": []},
+        }))
+        .expect("proxy");
+        proxies.applied(web);
+        assert!(!index.undecodable_in("p"), "decodes again");
+        proxies.undecodable(&bad("p", "web"), Phase::Applied);
+        assert!(index.undecodable_in("p"), "turned bad");
+        proxies.undecodable(&bad("p", "web"), Phase::Deleted);
+        assert!(!index.undecodable_in("p"), "deleted");
+        assert_eq!(index.len(), 0, "what it was is gone too");
+    }
 
     #[test]
     fn synced_only_while_every_watch_is_whole() {

@@ -48,6 +48,8 @@ pub struct RecordStore {
     /// not been listed again), and for how long such a view may still answer.
     stale_since: Mutex<Option<Instant>>,
     max_staleness: Option<Duration>,
+    /// Namespaces whose record could not be decoded, with why: unreadable, nothing changes there.
+    undecodable: RwLock<HashMap<String, String>>,
 }
 
 impl RecordStore {
@@ -59,6 +61,7 @@ impl RecordStore {
             ignored: AtomicU64::new(0),
             stale_since: Mutex::new(None),
             max_staleness: None,
+            undecodable: RwLock::new(HashMap::new()),
         }
     }
 
@@ -92,6 +95,22 @@ impl RecordStore {
         *self.stale_since.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = None;
         self.ignored.store(ignored, Ordering::Relaxed);
         self.synced.store(true, Ordering::Release);
+    }
+
+    /// The namespaces whose record cannot be decoded (namespace → why), as a (re-)list found
+    /// them. Set before the list's records are swapped in: the namespace is unreadable no later
+    /// than its record is gone from the view.
+    pub fn replace_undecodable(&self, undecodable: HashMap<String, String>) {
+        *self.undecodable.write().unwrap_or_else(std::sync::PoisonError::into_inner) = undecodable;
+    }
+
+    /// The namespace's record cannot be decoded now (`Some(why)`), or can again (`None`).
+    pub fn set_undecodable(&self, namespace: &str, why: Option<String>) {
+        let mut undecodable = self.undecodable.write().unwrap_or_else(std::sync::PoisonError::into_inner);
+        match why {
+            Some(why) => undecodable.insert(namespace.to_owned(), why),
+            None => undecodable.remove(namespace),
+        };
     }
 
     /// Insert or replace one namespace's record.
@@ -142,6 +161,9 @@ impl RecordSource for RecordStore {
                 "the record watch has been broken for {}s, longer than --max-staleness",
                 stale.as_secs()
             ));
+        }
+        if let Some(why) = self.undecodable.read().unwrap_or_else(std::sync::PoisonError::into_inner).get(namespace) {
+            return RecordState::Unavailable(format!("the record in {namespace} cannot be decoded ({why})"));
         }
         match self.read().get(namespace) {
             Some(record) => RecordState::Present(Arc::clone(record)),

@@ -93,7 +93,7 @@ async fn start_record_source(
 ) -> anyhow::Result<()> {
     if args.kubernetes {
         let client = edgegate::runtime::client::hub_client(&args.hub).await?;
-        let api = kube::Api::<edgegate::EdgeReachability>::all(client);
+        let api = kube::Api::<kube::core::DeserializeGuard<edgegate::EdgeReachability>>::all(client);
         let writer = edgegate::index::source::kubernetes::StoreWriter::new(
             store,
             edgegate::index::source::kubernetes::OnWatchError::KeepServing,

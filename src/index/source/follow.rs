@@ -4,10 +4,38 @@
 
 use std::time::Duration;
 
+use std::sync::LazyLock;
+
 use futures::StreamExt;
 use kube::Api;
+use kube::core::{DeserializeGuard, error_boundary::InvalidObject};
 use kube::runtime::watcher::{self, Event, watcher};
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
 use serde::de::DeserializeOwned;
+
+/// `{kind="..."}`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct KindLabels {
+    pub kind: String,
+}
+
+/// Objects delivered that could not be decoded, by kind, for the whole process: registered by
+/// each binary as `edgegate_undecodable_objects_total`
+/// ([`crate::runtime::metrics::register_undecodable`]).
+pub static UNDECODABLE: LazyLock<Family<KindLabels, Counter>> = LazyLock::new(Family::default);
+
+/// Where an object that could not be decoded was delivered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Phase {
+    /// In a (re-)list.
+    Listed,
+    /// Added or changed.
+    Applied,
+    /// Deleted: whatever it made unreadable is readable again.
+    Deleted,
+}
 
 /// What an index does with a watch's events, one at a time, the (re-)list included: for an index
 /// that turns each object into something smaller as it arrives (the record store, the copy index),
@@ -26,26 +54,35 @@ pub trait WatchSink<K> {
     fn deleted(&mut self, object: K);
     /// The watch failed; it will be listed again after a backoff.
     fn failed(&mut self, error: &watcher::Error);
+    /// An object that could not be decoded (a field of the wrong type: a CRD that is someone
+    /// else's, a version served without conversion, a kind another team evolves). Already logged
+    /// and counted; by default skipped. An index whose answer such an object could change makes
+    /// its namespace unreadable until it is deleted or decodes, while every other goes on.
+    fn undecodable(&mut self, _object: &InvalidObject, _phase: Phase) {}
 }
 
 /// An index that takes each (re-)list whole, as one snapshot; [`Whole`] gathers the list for it,
 /// so the index never sees half of one.
 pub trait SnapshotSink<K> {
-    /// A complete (re-)list: what the index holds from now on.
-    fn replace(&mut self, all: Vec<K>);
+    /// A complete (re-)list: what the index holds from now on, and the objects of it that could
+    /// not be decoded (see [`WatchSink::undecodable`]).
+    fn replace(&mut self, all: Vec<K>, undecodable: Vec<InvalidObject>);
     /// An object was added or changed.
     fn applied(&mut self, object: K);
     /// An object was deleted.
     fn deleted(&mut self, object: K);
     /// The watch failed; it will be listed again after a backoff.
     fn failed(&mut self, error: &watcher::Error);
+    /// An object that could not be decoded was added, changed or deleted (`gone`), outside a
+    /// list; by default skipped.
+    fn undecodable(&mut self, _object: &InvalidObject, _gone: bool) {}
 }
 
 /// A [`WatchSink`] that gathers each (re-)list aside and hands it to `sink` once it is complete;
 /// a watch error drops what was gathered.
 pub struct Whole<S, K> {
     pub sink: S,
-    relisting: Option<Vec<K>>,
+    relisting: Option<(Vec<K>, Vec<InvalidObject>)>,
 }
 
 impl<S, K> Whole<S, K> {
@@ -56,16 +93,16 @@ impl<S, K> Whole<S, K> {
 
 impl<K, S: SnapshotSink<K>> WatchSink<K> for Whole<S, K> {
     fn relist_started(&mut self) {
-        self.relisting = Some(Vec::new());
+        self.relisting = Some((Vec::new(), Vec::new()));
     }
     fn listed(&mut self, object: K) {
-        if let Some(list) = self.relisting.as_mut() {
+        if let Some((list, _)) = self.relisting.as_mut() {
             list.push(object);
         }
     }
     fn relist_done(&mut self) {
-        if let Some(all) = self.relisting.take() {
-            self.sink.replace(all);
+        if let Some((all, undecodable)) = self.relisting.take() {
+            self.sink.replace(all, undecodable);
         }
     }
     fn applied(&mut self, object: K) {
@@ -77,6 +114,14 @@ impl<K, S: SnapshotSink<K>> WatchSink<K> for Whole<S, K> {
     fn failed(&mut self, error: &watcher::Error) {
         self.relisting = None;
         self.sink.failed(error);
+    }
+    fn undecodable(&mut self, object: &InvalidObject, phase: Phase) {
+        match (phase, self.relisting.as_mut()) {
+            (Phase::Listed, Some((_, undecodable))) => undecodable.push(object.clone()),
+            (Phase::Listed, None) => {}
+            (Phase::Applied, _) => self.sink.undecodable(object, false),
+            (Phase::Deleted, _) => self.sink.undecodable(object, true),
+        }
     }
 }
 
@@ -90,8 +135,11 @@ const FIRST_BACKOFF: Duration = Duration::from_millis(500);
 const MAX_BACKOFF: Duration = Duration::from_secs(2);
 
 /// Feed `sink` from `api` until the task is dropped. Each watch request lasts
-/// [`WATCH_TIMEOUT_SECS`], whatever `config` says.
-pub async fn follow<K, S>(api: Api<K>, config: watcher::Config, sink: &mut S)
+/// [`WATCH_TIMEOUT_SECS`], whatever `config` says. Each object is decoded on its own: one that
+/// cannot be is logged, counted and handed to [`WatchSink::undecodable`], and the rest of the
+/// list goes on (decoded whole, one bad object would fail the list, and the index would never
+/// sync).
+pub async fn follow<K, S>(api: Api<DeserializeGuard<K>>, config: watcher::Config, sink: &mut S)
 where
     K: kube::Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + 'static,
     K::DynamicType: Default,
@@ -99,19 +147,33 @@ where
 {
     let mut backoff = FIRST_BACKOFF;
     let config = config.timeout(WATCH_TIMEOUT_SECS);
+    let kind = K::kind(&K::DynamicType::default()).into_owned();
+    let deliver = |sink: &mut S, object: DeserializeGuard<K>, phase: Phase| match (object.0, phase) {
+        (Ok(object), Phase::Listed) => sink.listed(object),
+        (Ok(object), Phase::Applied) => sink.applied(object),
+        (Ok(object), Phase::Deleted) => sink.deleted(object),
+        (Err(bad), phase) => {
+            let (namespace, name) = (bad.metadata.namespace.as_deref(), bad.metadata.name.as_deref());
+            if phase != Phase::Deleted {
+                UNDECODABLE.get_or_create(&KindLabels { kind: kind.clone() }).inc();
+            }
+            tracing::warn!(kind, namespace, name, error = %bad.error, ?phase, "object cannot be decoded; skipped, its namespace unreadable where it matters");
+            sink.undecodable(&bad, phase);
+        }
+    };
     loop {
         let events = watcher(api.clone(), config.clone());
         futures::pin_mut!(events);
         while let Some(event) = events.next().await {
             match event {
                 Ok(Event::Init) => sink.relist_started(),
-                Ok(Event::InitApply(object)) => sink.listed(object),
+                Ok(Event::InitApply(object)) => deliver(sink, object, Phase::Listed),
                 Ok(Event::InitDone) => {
                     backoff = FIRST_BACKOFF;
                     sink.relist_done();
                 }
-                Ok(Event::Apply(object)) => sink.applied(object),
-                Ok(Event::Delete(object)) => sink.deleted(object),
+                Ok(Event::Apply(object)) => deliver(sink, object, Phase::Applied),
+                Ok(Event::Delete(object)) => deliver(sink, object, Phase::Deleted),
                 Err(error) => {
                     sink.failed(&error);
                     break;

@@ -8,17 +8,20 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
+use kube::core::DeserializeGuard;
+use kube::core::error_boundary::InvalidObject;
 use kube::runtime::watcher;
 use kube::{Api, ResourceExt};
 
-use super::follow::{WatchSink, follow};
+use super::follow::{Phase, WatchSink, follow};
 use crate::core::crd::EdgeReachability;
 use crate::core::record::Record;
 use crate::index::Change;
 use crate::index::store::RecordStore;
 
-/// Records gathered during a (re-)list, and the `namespace/name`s ignored for their name.
-type Relisting = (HashMap<String, Arc<Record>>, HashSet<String>);
+/// Records gathered during a (re-)list, the `namespace/name`s ignored for their name, and the
+/// namespaces whose record could not be decoded (with why).
+type Relisting = (HashMap<String, Arc<Record>>, HashSet<String>, HashMap<String, String>);
 
 /// What a record index does when its watch fails.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -97,12 +100,12 @@ impl StoreWriter {
 
 impl WatchSink<EdgeReachability> for StoreWriter {
     fn relist_started(&mut self) {
-        self.relisting = Some((HashMap::new(), HashSet::new()));
+        self.relisting = Some((HashMap::new(), HashSet::new(), HashMap::new()));
     }
 
     fn listed(&mut self, r: EdgeReachability) {
         let wanted = self.wanted(&r);
-        let Some((snapshot, ignored)) = self.relisting.as_mut() else { return };
+        let Some((snapshot, ignored, _)) = self.relisting.as_mut() else { return };
         let ns = r.namespace().unwrap_or_default();
         if wanted {
             let record = super::record_of(&r);
@@ -116,9 +119,15 @@ impl WatchSink<EdgeReachability> for StoreWriter {
     }
 
     fn relist_done(&mut self) {
-        if let Some((snapshot, ignored)) = self.relisting.take() {
-            tracing::info!(records = snapshot.len(), ignored = ignored.len(), "records listed from the hub");
+        if let Some((snapshot, ignored, undecodable)) = self.relisting.take() {
+            tracing::info!(
+                records = snapshot.len(),
+                ignored = ignored.len(),
+                undecodable = undecodable.len(),
+                "records listed from the hub"
+            );
             self.ignored = ignored;
+            self.store.replace_undecodable(undecodable);
             self.store.replace_all(snapshot, self.ignored.len() as u64);
             self.notify(Change::All);
         }
@@ -133,6 +142,7 @@ impl WatchSink<EdgeReachability> for StoreWriter {
                 observe(&ns, &record);
             }
             self.store.upsert(&ns, record);
+            self.store.set_undecodable(&ns, None);
             self.notify(Change::Namespace(ns));
         } else {
             self.ignore(&r, true);
@@ -144,9 +154,34 @@ impl WatchSink<EdgeReachability> for StoreWriter {
         if self.wanted(&r) {
             tracing::info!(namespace = %ns, "record deleted; namespace back to no record");
             self.store.remove(&ns);
+            self.store.set_undecodable(&ns, None);
             self.notify(Change::Namespace(ns));
         } else {
             self.ignore(&r, false);
+        }
+    }
+
+    /// A record that cannot be decoded makes its namespace unreadable: refused with 503 (retry)
+    /// by the webhook, nothing deleted there by the pruner, until it is deleted or decodes.
+    fn undecodable(&mut self, bad: &InvalidObject, phase: Phase) {
+        let (ns, name) = (bad.metadata.namespace.clone().unwrap_or_default(), bad.metadata.name.as_deref());
+        if name != Some(self.store.record_name()) {
+            return; // a record of another name is ignored whole, decodable or not
+        }
+        match (phase, self.relisting.as_mut()) {
+            (Phase::Listed, Some((_, _, undecodable))) => {
+                undecodable.insert(ns, bad.error.clone());
+            }
+            (Phase::Listed, None) => {}
+            (Phase::Applied, _) => {
+                self.store.set_undecodable(&ns, Some(bad.error.clone()));
+                self.notify(Change::Namespace(ns));
+            }
+            (Phase::Deleted, _) => {
+                self.store.remove(&ns);
+                self.store.set_undecodable(&ns, None);
+                self.notify(Change::Namespace(ns));
+            }
         }
     }
 
@@ -166,7 +201,7 @@ impl WatchSink<EdgeReachability> for StoreWriter {
 }
 
 /// Feed `store` from the hub's EdgeReachability resources, for as long as the task runs.
-pub async fn run(api: Api<EdgeReachability>, mut writer: StoreWriter) {
+pub async fn run(api: Api<DeserializeGuard<EdgeReachability>>, mut writer: StoreWriter) {
     follow(api, watcher::Config::default(), &mut writer).await;
 }
 
@@ -239,6 +274,68 @@ mod tests {
         let (_request, _send) = handle.next_request().await.expect("re-watch");
         assert!(matches!(store.lookup("ns-c"), RecordState::Present(r) if r.is_empty()));
         assert!(matches!(store.lookup("ns-a"), RecordState::Absent), "a deleted record is no record");
+        task.abort();
+    }
+
+    /// A record of the wrong shape (a CRD that preserves unknown fields, someone else's, or a
+    /// version served without conversion) makes its namespace unreadable and no other: the list
+    /// still syncs the store. Decoded whole, the list failed and the store never synced.
+    #[tokio::test]
+    async fn a_record_that_cannot_be_decoded_makes_only_its_namespace_unreadable() {
+        let (mock, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+        let client = Client::new(mock, "default");
+        let store = Arc::new(RecordStore::new(DEFAULT_RECORD_NAME));
+        let writer = StoreWriter::new(Arc::clone(&store), OnWatchError::Unsync);
+        let task = tokio::spawn(run(Api::all(client), writer));
+        let malformed = |ns: &str, name: &str| {
+            let mut r = record(ns, name, &[]);
+            r["spec"]["addresses"] = serde_json::json!("fd00::2");
+            r
+        };
+        let (_request, send) = handle.next_request().await.expect("list request");
+        let list = serde_json::json!({
+            "apiVersion": "networking.datumapis.com/v1alpha",
+            "kind": "EdgeReachabilityList",
+            "metadata": {"resourceVersion": "10"},
+            "items": [record("ns-a", "default", &["fd00::1"]), malformed("ns-b", "default"), malformed("ns-c", "other")],
+        });
+        send.send_response(Response::new(Body::from(serde_json::to_vec(&list).expect("json"))));
+        let (_request, send) = handle.next_request().await.expect("watch request");
+        assert!(store.synced(), "one bad object does not fail the list");
+        assert!(matches!(store.lookup("ns-a"), RecordState::Present(r) if r.names("fd00::1")));
+        assert!(
+            matches!(store.lookup("ns-b"), RecordState::Unavailable(why) if why.contains("cannot be decoded")),
+            "{:?}",
+            store.lookup("ns-b")
+        );
+        assert!(matches!(store.lookup("ns-c"), RecordState::Absent), "another name is ignored, bad or not");
+
+        let events = [
+            serde_json::json!({"type": "MODIFIED", "object": record("ns-b", "default", &["fd00::2"])}),
+            serde_json::json!({"type": "MODIFIED", "object": malformed("ns-a", "default")}),
+        ];
+        let body: Vec<u8> = events
+            .iter()
+            .flat_map(|e| {
+                let mut line = serde_json::to_vec(e).expect("json");
+                line.push(b'\n');
+                line
+            })
+            .collect();
+        send.send_response(Response::new(Body::from(body)));
+        let (_request, send) = handle.next_request().await.expect("re-watch");
+        assert!(matches!(store.lookup("ns-b"), RecordState::Present(r) if r.names("fd00::2")), "decodes again");
+        assert!(matches!(store.lookup("ns-a"), RecordState::Unavailable(_)), "a record turned bad");
+        let deleted = serde_json::json!({"type": "DELETED", "object": malformed("ns-a", "default")});
+        let mut line = serde_json::to_vec(&deleted).expect("json");
+        line.push(b'\n');
+        send.send_response(Response::new(Body::from(line)));
+        let (_request, _send) = handle.next_request().await.expect("re-watch");
+        assert!(matches!(store.lookup("ns-a"), RecordState::Absent), "deleted: no record");
+        let counted = crate::index::source::follow::UNDECODABLE
+            .get_or_create(&crate::index::source::follow::KindLabels { kind: "EdgeReachability".into() })
+            .get();
+        assert!(counted >= 3, "counted: {counted}");
         task.abort();
     }
 

@@ -500,6 +500,80 @@ async fn the_shipped_pruner_under_its_own_service_account_deletes_only_the_unser
     cp.assert_nothing_refused();
 }
 
+/// Under a CRD that checks nothing (someone else's, as with components/without-crd), a record
+/// of the wrong shape makes its namespace unreadable and no other: the webhook, under its own
+/// ServiceAccount and deploy/'s RBAC, becomes ready, admits by the good record, answers 503
+/// (retry) only in that namespace, and counts the object. Before, the list failed whole: never
+/// ready, every copy on the hub refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_record_of_the_wrong_shape_makes_only_its_namespace_unreadable() {
+    let cp = ControlPlane::own();
+    let client = cp.client().await;
+    let loose = json!({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": "edgereachabilities.networking.datumapis.com"},
+        "spec": {"group": "networking.datumapis.com", "scope": "Namespaced",
+                 "names": {"kind": "EdgeReachability", "plural": "edgereachabilities", "listKind": "EdgeReachabilityList"},
+                 "versions": [{"name": "v1alpha", "served": true, "storage": true,
+                               "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]}
+    });
+    let loose_file = cp.dir.join("loose-crd.json");
+    std::fs::write(&loose_file, loose.to_string()).expect("write");
+    apply_file(&cp, &loose_file);
+    namespace(&client, "edgegate-system", &[]).await;
+    apply_file(&cp, &repo().join("deploy/base/rbac/roles.yaml"));
+    for ns in ["shape-good", "shape-bad"] {
+        namespace(&client, ns, &[]).await;
+    }
+    eventually(Duration::from_secs(30), "records accepted under the loose CRD", async || {
+        let bad = json!({"apiVersion": "networking.datumapis.com/v1alpha", "kind": "EdgeReachability",
+                         "metadata": {"name": "default", "namespace": "shape-bad"}, "spec": {"addresses": "fd20:0:7::1"}});
+        let file = cp.dir.join("bad-record.json");
+        std::fs::write(&file, bad.to_string()).expect("write");
+        kubectl(&cp, &["apply", "-f", &file.display().to_string()]).status.success()
+    })
+    .await;
+    set_record(&client, "shape-good", &["fd20:0:7::1"]).await;
+
+    let kubeconfig =
+        cp.service_account_kubeconfig("edgegate-system", "edgegate-webhook", Some("edgegate-webhook"), 3600).await;
+    let webhook = start_webhook(&cp, &kubeconfig);
+    let ca = dev_certs().join("ca.crt");
+    let took = until_ready("webhook ready despite the bad record", &webhook, Some(&ca)).await;
+    eprintln!("ready in {took:?} with one record of the wrong shape");
+    let review = |ns: &str| {
+        let mut review: serde_json::Value = serde_json::from_str(
+            &std::fs::read_to_string(repo().join("tests/fixtures/copy-create.json")).expect("fixture"),
+        )
+        .expect("json");
+        review["request"]["namespace"] = json!(ns);
+        review["request"]["object"]["metadata"]["namespace"] = json!(ns);
+        review["request"]["object"]["endpoints"][0]["addresses"] = json!(["fd20:0:7::1"]);
+        let out = std::process::Command::new("curl")
+            .args(["-sS", "--cacert", &ca.display().to_string(), "-H", "Content-Type: application/json"])
+            .args(["--data-binary", &review.to_string()])
+            .arg(format!("https://127.0.0.1:{}/validate", webhook.port))
+            .output()
+            .expect("curl");
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).expect("review answer")["response"].clone()
+    };
+    let good = review("shape-good");
+    assert_eq!(good["allowed"], true, "{good}");
+    let bad = review("shape-bad");
+    assert_eq!((bad["allowed"].clone(), bad["status"]["code"].clone()), (json!(false), json!(503)), "{bad}");
+    assert!(bad["status"]["message"].as_str().is_some_and(|m| m.contains("cannot be decoded")), "{bad}");
+    let other = review("shape-none");
+    assert_eq!(other["allowed"], true, "no record: allowed {other}");
+    let scrape = std::process::Command::new("curl")
+        .args(["-sS", "--cacert", &ca.display().to_string()])
+        .arg(format!("https://127.0.0.1:{}/metrics", webhook.port))
+        .output()
+        .expect("curl");
+    let scrape = String::from_utf8_lossy(&scrape.stdout).into_owned();
+    assert!(counter(&scrape, "edgegate_undecodable_objects_total{kind=\"EdgeReachability\"}") >= 1, "{scrape}");
+    cp.assert_nothing_refused();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_overlay_applies_server_side_dry_run() {
     let cp = shared();
