@@ -119,6 +119,7 @@ impl Producer {
     }
 
     /// Derive one project namespace and write its record if, and only if, that is safe and needed.
+    #[tracing::instrument(name = "record", skip(self, index))]
     pub async fn write(&self, project: &str, index: &ProjectIndex, namespace: &str) -> Written {
         let Some(uid) = index.uid(namespace) else { return Written::Skipped };
         let hub_ns = format!("ns-{uid}");
@@ -222,10 +223,10 @@ impl Producer {
                         hub_namespace = hub_ns,
                         message = status.message,
                         after = restored,
-                        "another field manager removed served addresses from the record; put back, keeping what it added"
+                        "another field manager removed served addresses from the record; put back, keeping what it added for now: the producer owns the addresses from here on, as with --force-ownership"
                     );
                     let message = format!(
-                        "edgegate-producer put back the addresses {project}/{namespace} serves that another writer removed: {}",
+                        "edgegate-producer put back the addresses {project}/{namespace} serves that another writer removed, and took spec.addresses over (what it alone added leaves after --withdraw-after): {}",
                         status.message
                     );
                     self.warn(&hub_ns, "RecordRestored", message).await;

@@ -209,7 +209,9 @@ where
     S: WatchSink<K> + Send + 'static,
 {
     let name = format!("{of} {} watch", K::kind(&K::DynamicType::default()));
-    essential(name, shutdown, async move { follow(api, watcher::Config::default(), &mut sink).await })
+    let span = tracing::info_span!("watch", of, kind = %K::kind(&K::DynamicType::default()));
+    let watch = async move { follow(api, watcher::Config::default(), &mut sink).await };
+    essential(name, shutdown, tracing::Instrument::instrument(watch, span))
 }
 
 /// Tag each change from `rx` with `wrap` and pass it on, until either side closes: the watches

@@ -168,6 +168,7 @@ impl Pruner {
     /// Deletions start at the pace (`--max-deletes-per-second`) and up to [`IN_FLIGHT`] run at
     /// once, so the rate a pass reaches is the pace, not one API round trip (delete and event)
     /// after another.
+    #[tracing::instrument(skip(self))]
     pub async fn pass(&self, scope: &Scope) -> Vec<Outcome> {
         use futures::StreamExt;
         let started = Instant::now();
@@ -265,6 +266,7 @@ impl Pruner {
 
     /// Judge the copy again as it is now, wait for its turn, judge once more, then delete it
     /// with preconditions.
+    #[tracing::instrument(name = "copy", skip_all, fields(namespace = %planned.namespace, name = %planned.name))]
     async fn carry_out(&self, planned: &Deletion) -> Outcome {
         let Some(now) = self.judge_again(planned) else { return Outcome::Skipped };
         if self.dry_run {

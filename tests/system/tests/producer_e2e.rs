@@ -552,6 +552,58 @@ async fn a_record_edited_by_hand_is_put_right_at_once() {
     eprintln!("a record edited by hand: put right after {took:?}");
 }
 
+/// What a restore is: a takeover, as `--force-ownership` is. Another writer takes
+/// `spec.addresses` over, drops the served address and adds one of its own; the producer's apply
+/// conflicts, and it puts the served address back beside the other writer's, forced. From then on
+/// the producer owns the field: the other writer's address, which the answer lacks, leaves
+/// `--withdraw-after` later like any other, and that writer's unforced apply conflicts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restore_takes_the_addresses_over_as_force_ownership_does() {
+    let hub_cp = shared();
+    let (project_cp, hub, project) = project_beside(hub_cp).await;
+    let hub_ns = served_namespace(&project, &hub, "takeover-a", "fd20:0:4b::1").await;
+    let _producer = start_producer(hub_cp, &project_cp, &["--resync=60s", "--withdraw-after=3s"]);
+    eventually(Duration::from_secs(30), "the record", async || {
+        record(&hub, &hub_ns).await == Some(vec!["fd20:0:4b::1".to_owned()])
+    })
+    .await;
+    let api: Api<edgegate::EdgeReachability> = Api::namespaced(hub.clone(), &hub_ns);
+    let theirs = |addresses: &[&str]| {
+        json!({"apiVersion": "networking.datumapis.com/v1alpha", "kind": "EdgeReachability",
+               "metadata": {"name": "default", "namespace": hub_ns}, "spec": {"addresses": addresses}})
+    };
+    api.patch("default", &PatchParams::apply("another-writer").force(), &Patch::Apply(&theirs(&["fd20:0:4b::99"])))
+        .await
+        .expect("the other writer takes the field");
+    let both = vec!["fd20:0:4b::1".to_owned(), "fd20:0:4b::99".to_owned()];
+    let took = eventually(Duration::from_secs(10), "the served address back beside theirs", async || {
+        record(&hub, &hub_ns).await == Some(both.clone())
+    })
+    .await;
+    eprintln!("restored after {took:?}");
+    let owners: Vec<String> = api
+        .get("default")
+        .await
+        .expect("record")
+        .metadata
+        .managed_fields
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|f| f.fields_v1.as_ref().is_some_and(|v| v.0.to_string().contains("f:addresses")))
+        .filter_map(|f| f.manager)
+        .collect();
+    assert_eq!(owners, ["edgegate-producer"], "the producer owns spec.addresses now");
+    let gone = eventually(Duration::from_secs(30), "their address withdrawn", async || {
+        record(&hub, &hub_ns).await == Some(vec!["fd20:0:4b::1".to_owned()])
+    })
+    .await;
+    eprintln!("their address withdrawn {gone:?} after the restore (withdraw-after 3 s)");
+    assert!(gone >= Duration::from_secs(2), "held for --withdraw-after first: {gone:?}");
+    let refused =
+        api.patch("default", &PatchParams::apply("another-writer"), &Patch::Apply(&theirs(&["fd20:0:4b::99"]))).await;
+    assert!(matches!(refused, Err(kube::Error::Api(ref s)) if s.code == 409), "{refused:?}");
+}
+
 /// A producer elected on its own Lease in `lease_ns` (where it gives its word), started again
 /// under the same identity each time.
 fn elected_producer(
