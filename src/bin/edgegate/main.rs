@@ -10,6 +10,7 @@ use edgegate::CopySelector;
 mod audit;
 mod check;
 mod reachability;
+mod render_check;
 
 #[derive(Parser)]
 #[command(name = "edgegate", version = edgegate::VERSION, about = "edgegate's offline tools")]
@@ -50,6 +51,14 @@ enum Command {
         /// The project namespace.
         #[arg(long, short = 'n')]
         namespace: String,
+    },
+    /// Check a render of deploy/ before applying it (`kubectl kustomize DIR | edgegate
+    /// render-check -`): every webhook configuration reached by a certificate source, the judges
+    /// refusing once the pruner deletes, every image pullable. Exit 0 when sound, 1 naming each
+    /// problem and the component order that avoids it, 2 when the render cannot be read.
+    RenderCheck {
+        /// The rendered YAML; `-` reads standard input.
+        file: PathBuf,
     },
     /// Judge one EndpointSlice against one EdgeReachability record, as the webhook would.
     /// Exit 0 allow, 1 deny, 2 error.
@@ -97,6 +106,7 @@ fn main() -> ExitCode {
             ExitCode::SUCCESS
         }
         Command::Audit(args) => audit::run(&args),
+        Command::RenderCheck { file } => render_check::run(&file),
         Command::Reachability { project_kubeconfig, context, namespace } => {
             match reachability::reachability(&project_kubeconfig, context.as_deref(), &namespace) {
                 Ok(()) => ExitCode::SUCCESS,

@@ -183,7 +183,23 @@ fn assert_mode(objects: &[Value], mode: Mode) {
 /// every webhook configuration gets its CA from the one certificate source the render has — a
 /// caBundle equal to the Secret the webhook mounts, or cert-manager's injection from the
 /// Certificate that issues that Secret.
+/// `edgegate render-check` on `objects`: (passed, what it printed).
+fn render_check(objects: &[Value]) -> (bool, String) {
+    let docs: Vec<String> = objects.iter().map(Value::to_string).collect();
+    let file = std::env::temp_dir().join(format!("edgegate-render-{}-{}.yaml", std::process::id(), docs.len()));
+    std::fs::write(&file, docs.join("\n---\n")).expect("write render");
+    let out = Command::new(edgegate_system_tests::helpers::binary("edgegate"))
+        .args(["render-check", &file.display().to_string()])
+        .output()
+        .expect("edgegate runs");
+    let _ = std::fs::remove_file(&file);
+    let said = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    (out.status.success(), said)
+}
+
 fn assert_installable(objects: &[Value]) {
+    let (passed, said) = render_check(objects);
+    assert!(passed, "edgegate render-check: {said}");
     for o in objects {
         let kind = &o["kind"];
         assert_eq!(
@@ -354,6 +370,33 @@ fn every_documented_combination_is_installable() {
     assert_installable(&observe_dev);
     assert_mode(&observe_dev, Mode::Observe);
     assert!(has(&observe_dev, "MutatingWebhookConfiguration"));
+}
+
+/// The three orders that render without an error into a broken install, each named by
+/// `edgegate render-check` with the order that avoids it (docs/deploy.md runs it before apply).
+#[test]
+fn render_check_names_each_wrong_component_order() {
+    for (name, components, problem) in [
+        (
+            "trim-after-cert-manager",
+            vec!["components/cert-manager", "components/trim", "components/enforce", "components/images"],
+            "MutatingWebhookConfiguration edgegate has no CA source",
+        ),
+        (
+            "policy-after-enforce",
+            vec!["components/cert-manager", "components/enforce", "components/policy", "components/images"],
+            "ValidatingAdmissionPolicyBinding edgegate only",
+        ),
+        (
+            "producer-after-images",
+            vec!["components/cert-manager", "components/images", "components/producer"],
+            "Deployment edgegate-producer runs image \"edgegate\"",
+        ),
+    ] {
+        let (passed, said) = render_check(&compose(&format!("wrong-{name}"), &["base"], &components));
+        println!("{name}: {said}");
+        assert!(!passed && said.contains(problem), "{name}: {said}");
+    }
 }
 
 /// components/policy: the API server's own engine with edgegate's rules instead of the webhook

@@ -1,0 +1,225 @@
+//! `edgegate render-check`: what a kustomization of deploy/ renders, checked before it is applied.
+//! kustomize applies components in the order they are listed, each to what exists by then, so a
+//! wrong order renders without an error into an install that breaks: a webhook configuration no
+//! certificate source reaches (fails closed with no CA), a policy left at Warn while the pruner
+//! deletes, an image nobody can pull. Each problem names the order that avoids it.
+
+use std::io::Read;
+use std::path::Path;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use serde_json::Value;
+
+/// The annotation cert-manager's CA injector fills a caBundle from.
+const INJECT: &str = "cert-manager.io/inject-ca-from";
+
+/// Read a render (`-`: standard input), print each problem; exit 0 when none, 1 when some, 2 when
+/// the render cannot be read.
+pub fn run(file: &Path) -> ExitCode {
+    let objects = match read(file) {
+        Ok(objects) => objects,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            return ExitCode::from(2);
+        }
+    };
+    let found = problems(&objects);
+    for problem in &found {
+        println!("problem: {problem}");
+    }
+    if found.is_empty() {
+        println!("ok: {} objects, no problem found", objects.len());
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    }
+}
+
+fn read(file: &Path) -> anyhow::Result<Vec<Value>> {
+    let text = if file == Path::new("-") {
+        let mut text = String::new();
+        std::io::stdin().read_to_string(&mut text).context("reading standard input")?;
+        text
+    } else {
+        std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?
+    };
+    let docs: Vec<Value> = serde_saphyr::from_multiple(&text).context("parsing the render as YAML")?;
+    Ok(docs.into_iter().filter(|d| !d.is_null()).collect())
+}
+
+/// Every problem found in `objects`, one sentence each.
+pub fn problems(objects: &[Value]) -> Vec<String> {
+    let mut found = Vec::new();
+    ca_sources(objects, &mut found);
+    enforcement(objects, &mut found);
+    images(objects, &mut found);
+    found
+}
+
+fn of_kind<'a>(objects: &'a [Value], kind: &'a str) -> impl Iterator<Item = &'a Value> {
+    objects.iter().filter(move |o| o["kind"] == kind)
+}
+
+fn named<'a>(objects: &'a [Value], kind: &str, name: &str) -> Option<&'a Value> {
+    objects.iter().find(|o| o["kind"] == kind && o["metadata"]["name"] == name)
+}
+
+/// The first container's env value `key`, or the value of `--flag=` among its args.
+fn setting<'a>(deployment: &'a Value, key: &str, flag: &str) -> Option<&'a str> {
+    let container = &deployment["spec"]["template"]["spec"]["containers"][0];
+    let from_env = container["env"].as_array().into_iter().flatten().find(|e| e["name"] == key);
+    let from_args = container["args"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .find_map(|a| a.strip_prefix(flag).and_then(|rest| rest.strip_prefix('=')));
+    from_args.or_else(|| from_env.and_then(|e| e["value"].as_str()))
+}
+
+/// Every edgegate webhook configuration has a CA source: cert-manager's injection, a caBundle of
+/// its own, or the webhook keeping it (`--ca-bundle-for`, components/ca-keeper, a Karmada hub).
+fn ca_sources(objects: &[Value], found: &mut Vec<String>) {
+    let keeper = named(objects, "Deployment", "edgegate-webhook")
+        .and_then(|d| setting(d, "EDGEGATE_CA_BUNDLE_FOR", "--ca-bundle-for"))
+        .map(str::to_owned);
+    // The keeper's own Role in a render without the Deployment: a Karmada hub's half.
+    let keeper_elsewhere = named(objects, "Deployment", "edgegate-webhook").is_none()
+        && of_kind(objects, "ClusterRole").any(|r| {
+            r["rules"].as_array().into_iter().flatten().any(|rule| {
+                rule["resources"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .any(|r| r.as_str().is_some_and(|r| r.ends_with("webhookconfigurations")))
+                    && rule["verbs"].as_array().into_iter().flatten().any(|v| v == "patch")
+            })
+        });
+    for kind in ["ValidatingWebhookConfiguration", "MutatingWebhookConfiguration"] {
+        for config in of_kind(objects, kind) {
+            let name = config["metadata"]["name"].as_str().unwrap_or_default();
+            let injected = config["metadata"]["annotations"][INJECT].is_string();
+            let bundled = config["webhooks"].as_array().is_some_and(|w| {
+                !w.is_empty() && w.iter().all(|w| w["clientConfig"]["caBundle"].as_str().is_some_and(|b| !b.is_empty()))
+            });
+            let kept = keeper.as_deref() == Some(name) || keeper_elsewhere;
+            if !(injected || bundled || kept) {
+                found.push(format!(
+                    "{kind} {name} has no CA source (no {INJECT} annotation, no caBundle, no --ca-bundle-for {name}): \
+                     the API server cannot trust the webhook and, failing closed, refuses what it matches. \
+                     List the component that adds it (components/trim) before the certificate source \
+                     (components/cert-manager, components/dev-certs, components/ca-keeper)"
+                ));
+            }
+        }
+    }
+}
+
+/// Once the pruner deletes (components/enforce), whatever judges copies refuses them too.
+fn enforcement(objects: &[Value], found: &mut Vec<String>) {
+    let Some(pruner) = named(objects, "Deployment", "edgegate-pruner") else { return };
+    if setting(pruner, "EDGEGATE_DRY_RUN", "--dry-run") != Some("false") {
+        return; // only watching: nothing to be consistent with
+    }
+    let fix = "list components/policy and components/trim before components/enforce";
+    if let Some(binding) = named(objects, "ValidatingAdmissionPolicyBinding", "edgegate") {
+        let actions = &binding["spec"]["validationActions"];
+        if !actions.as_array().is_some_and(|a| a.iter().any(|v| v == "Deny")) {
+            found.push(format!(
+                "the pruner deletes but ValidatingAdmissionPolicyBinding edgegate only {actions}: unserved copies are still admitted; {fix}"
+            ));
+        }
+    }
+    for (kind, what) in [
+        ("ValidatingAdmissionPolicy", "/spec/failurePolicy"),
+        ("ValidatingWebhookConfiguration", "/webhooks/0/failurePolicy"),
+        ("MutatingWebhookConfiguration", "/webhooks/0/failurePolicy"),
+    ] {
+        if let Some(object) = named(objects, kind, "edgegate")
+            && object.pointer(what).and_then(Value::as_str) != Some("Fail")
+        {
+            found.push(format!(
+                "the pruner deletes but {kind} edgegate is not failurePolicy Fail: an unreachable judge admits unserved copies; {fix}"
+            ));
+        }
+    }
+    if let Some(webhook) = named(objects, "Deployment", "edgegate-webhook")
+        && named(objects, "ValidatingWebhookConfiguration", "edgegate").is_some()
+        && setting(webhook, "EDGEGATE_MODE", "--mode").is_some_and(|m| m != "deny")
+    {
+        found.push(format!("the pruner deletes but the webhook only warns (EDGEGATE_MODE); {fix}"));
+    }
+}
+
+/// Every edgegate workload names a pullable image: components/images rewrites `edgegate` for what
+/// was rendered before it.
+fn images(objects: &[Value], found: &mut Vec<String>) {
+    for deployment in of_kind(objects, "Deployment") {
+        let name = deployment["metadata"]["name"].as_str().unwrap_or_default();
+        for container in deployment["spec"]["template"]["spec"]["containers"].as_array().into_iter().flatten() {
+            let image = container["image"].as_str().unwrap_or_default();
+            if image == "edgegate" || image.starts_with("edgegate:") || image.starts_with("edgegate@") {
+                found.push(format!(
+                    "Deployment {name} runs image {image:?}, which no registry serves: list components/images last"
+                ));
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn deployment(name: &str, image: &str, env: Value) -> Value {
+        json!({"kind": "Deployment", "metadata": {"name": name},
+               "spec": {"template": {"spec": {"containers": [{"image": image, "env": env, "args": []}]}}}})
+    }
+
+    #[test]
+    fn each_wrong_order_is_named() {
+        let injected = json!({"kind": "ValidatingWebhookConfiguration", "metadata": {"name": "edgegate", "annotations": {INJECT: "x/y"}},
+                               "webhooks": [{"failurePolicy": "Fail", "clientConfig": {}}]});
+        let bare = json!({"kind": "MutatingWebhookConfiguration", "metadata": {"name": "edgegate"},
+                           "webhooks": [{"failurePolicy": "Fail", "clientConfig": {}}]});
+        let pruner = deployment(
+            "edgegate-pruner",
+            "ghcr.io/x/edgegate:v1",
+            json!([{"name": "EDGEGATE_DRY_RUN", "value": "false"}]),
+        );
+        let ok = vec![injected.clone(), pruner.clone()];
+        assert_eq!(problems(&ok), Vec::<String>::new());
+        let trim_late = vec![injected.clone(), bare, pruner.clone()];
+        let found = problems(&trim_late);
+        assert!(
+            found.len() == 1 && found[0].contains("MutatingWebhookConfiguration edgegate has no CA source"),
+            "{found:?}"
+        );
+        let binding = json!({"kind": "ValidatingAdmissionPolicyBinding", "metadata": {"name": "edgegate"},
+                              "spec": {"validationActions": ["Warn", "Audit"]}});
+        let found = problems(&[injected.clone(), pruner.clone(), binding]);
+        assert!(found.len() == 1 && found[0].contains("before components/enforce"), "{found:?}");
+        let unpulled = deployment("edgegate-producer", "edgegate", json!([]));
+        let found = problems(&[injected, pruner, unpulled]);
+        assert!(found.len() == 1 && found[0].contains("components/images last"), "{found:?}");
+    }
+
+    #[test]
+    fn a_watching_install_and_a_kept_bundle_pass() {
+        let pruner = deployment(
+            "edgegate-pruner",
+            "ghcr.io/x/edgegate:v1",
+            json!([{"name": "EDGEGATE_DRY_RUN", "value": "true"}]),
+        );
+        let webhook = deployment(
+            "edgegate-webhook",
+            "ghcr.io/x/edgegate:v1",
+            json!([{"name": "EDGEGATE_CA_BUNDLE_FOR", "value": "edgegate"}]),
+        );
+        let bare = json!({"kind": "ValidatingWebhookConfiguration", "metadata": {"name": "edgegate"},
+                           "webhooks": [{"failurePolicy": "Ignore", "clientConfig": {}}]});
+        assert_eq!(problems(&[pruner, webhook, bare]), Vec::<String>::new());
+    }
+}
