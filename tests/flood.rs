@@ -100,8 +100,9 @@ fn flood_seconds() -> Duration {
 /// `how` says while the small client runs; the bounds asserted, the figures printed.
 fn survives(case: &str, parallel: usize, how: &[&str]) {
     // One case at a time: each measures a webhook alone under its own flood.
-    static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    // parking_lot: a case that failed (panicked holding it) does not poison the next.
+    static ONE_AT_A_TIME: parking_lot::Mutex<()> = parking_lot::Mutex::new(());
+    let _turn = ONE_AT_A_TIME.lock();
     let mut options = Options::default();
     if let Ok(binary) = std::env::var("EDGEGATE_WEBHOOK_BIN") {
         options.binary = Some(PathBuf::from(binary));

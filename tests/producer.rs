@@ -5,7 +5,7 @@
 #[path = "support/mock.rs"]
 mod mock;
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use edgegate::core::hold::Hold;
@@ -18,6 +18,7 @@ use edgegate_producer::producer::{Producer, Trigger, Written};
 use edgegate_producer::run::{Engaged, start_hub_watches};
 use kube::Client;
 use kube::runtime::events::{Recorder, Reporter};
+use parking_lot::Mutex;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -147,7 +148,7 @@ fn watching(log: &Log, path: &str) -> bool {
 }
 
 fn project_synced(h: &Harness) -> bool {
-    h.producer.projects.read().expect("projects").values().all(|p| p.synced())
+    h.producer.projects.read().values().all(|p| p.synced())
 }
 
 #[tokio::test]
@@ -156,7 +157,7 @@ async fn writes_the_answer_once_then_nothing_but_lists_and_watches() {
     settle().await;
     assert_eq!(h.producer.pass(&[Trigger::Hub(Change::All)]).await, [Written::Applied]);
     assert_eq!(h.producer.pass(&[Trigger::Hub(Change::All)]).await, [Written::Unchanged], "no second write");
-    assert!(h.producer.current.lock().expect("word").current.is_some(), "a whole pass written: records current");
+    assert!(h.producer.current.lock().current.is_some(), "a whole pass written: records current");
     let hub_log = h.hub_log.lock().expect("log").clone();
     let patches: Vec<&Seen> = hub_log.iter().filter(|s| s.method == "PATCH").collect();
     assert_eq!(patches.len(), 1, "{hub_log:?}");
@@ -199,10 +200,9 @@ async fn nothing_is_written_when_a_project_list_fails() {
             && [HTTPPROXIES, INTERFACES, SLICES, NAMESPACES].iter().all(|p| watching(&h.project_log, p))
     })
     .await;
-    h.producer.current.lock().expect("word").current =
-        Some(edgegate_producer::run::marks(&h.producer.view, &h.producer.projects)); // as if whole before
+    h.producer.current.lock().current = Some(edgegate_producer::run::marks(&h.producer.view, &h.producer.projects)); // as if whole before
     assert_eq!(h.producer.pass(&[Trigger::Hub(Change::All)]).await, [Written::Skipped]);
-    assert!(h.producer.current.lock().expect("word").current.is_none(), "a project not listed: no word");
+    assert!(h.producer.current.lock().current.is_none(), "a project not listed: no word");
     assert!(h.hub_log.lock().expect("log").iter().all(|s| s.method == "GET"));
 }
 
@@ -248,7 +248,7 @@ async fn what_served_while_nothing_could_be_written_is_named_by_the_first_write_
     // Not leading: both interfaces serve, and nothing is written.
     assert_eq!(h.producer.pass(&[Trigger::Hub(Change::All)]).await, [Written::Skipped]);
     // Interface b (fd20::1) stops serving, still unwritten.
-    let index = Arc::clone(h.producer.projects.read().expect("projects").get("acme").expect("engaged"));
+    let index = Arc::clone(h.producer.projects.read().get("acme").expect("engaged"));
     let (tx, _changes) = mpsc::unbounded_channel();
     let unbound: NetworkInterface = serde_json::from_value(json!({
         "metadata": {"name": "b", "namespace": "p", "labels": {"app": "web"}},

@@ -4,7 +4,7 @@
 #[path = "support/mock.rs"]
 mod mock;
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use edgegate::core::hold::Hold;
@@ -13,6 +13,7 @@ use edgegate::index::copies::CopyIndex;
 use edgegate::runtime::lease::{COMPLETE_ANNOTATION, CURRENT_ANNOTATION};
 use edgegate::runtime::lease::{Grant, Leadership};
 use edgegate::runtime::rbac::{Rule, allows};
+use edgegate::runtime::wakeups::Later;
 use edgegate::{CopySelector, RecordSource, RecordStore};
 use edgegate_pruner::metrics::Metrics;
 use edgegate_pruner::pruner::{Outcome, Pacer, Pruner};
@@ -22,6 +23,7 @@ use http::StatusCode;
 use kube::Client;
 use kube::runtime::events::{Recorder, Reporter};
 use mock::{Log, Seen, assert_within, json_response, list, status, watch_event};
+use parking_lot::Mutex;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -158,7 +160,6 @@ impl Harness {
         let (changes_tx, changes) = mpsc::unbounded_channel();
         let records = Arc::new(RecordStore::new("default"));
         let copies = Arc::new(CopyIndex::default());
-        let changes_tx_again = changes_tx.clone();
         let shutdown = CancellationToken::new();
         start_watches(&client, &CopySelector::default(), &records, &copies, changes_tx, None, &shutdown);
         let (leader_rx, leader) = Grant::new();
@@ -175,7 +176,7 @@ impl Harness {
             dry_run,
             pacer: Pacer::new(Duration::ZERO),
             grace: Arc::new(Mutex::new(Hold::new(Duration::ZERO))),
-            again: Some(changes_tx_again),
+            again: Some(Later::default()),
             word: None,
             leader: leader_rx,
             metrics: Arc::clone(&metrics),
@@ -498,6 +499,33 @@ async fn a_copy_is_deleted_only_once_unnamed_for_the_whole_grace() {
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert_eq!(pruner.pass(&ns).await, [Outcome::Deleted], "unnamed for the whole grace");
     assert_eq!(deletes(), 1);
+}
+
+/// A held copy asks for its namespace to be passed over again when its grace ends, once however
+/// many passes find it held; the loop's wakeups bring that pass without waiting for a resync.
+#[tokio::test]
+async fn a_held_copy_brings_its_namespace_round_again_when_its_grace_ends() {
+    use edgegate::index::Change;
+    use edgegate::runtime::wakeups::{Wakeup, Wakeups};
+    let grace = Duration::from_millis(300);
+    let copies = vec![copy("ns-a", "web", &["fd00::9"])];
+    let (mut pruner, _log, _store) = held_pruner(vec![record("ns-a", &[])], copies, Duration::ZERO, grace);
+    let later = Later::default();
+    pruner.again = Some(later.clone());
+    let ns = Scope::Namespace("ns-a".into());
+    let started = Instant::now();
+    assert!(pruner.pass(&ns).await.is_empty(), "held");
+    assert!(pruner.pass(&Scope::All).await.is_empty(), "still held");
+    assert_eq!(later.len(), 1, "one pass asked for, for the namespace");
+    let (_changes_tx, changes) = mpsc::unbounded_channel();
+    let (_leader_tx, leader) = tokio::sync::watch::channel(true);
+    let mut wakeups = Wakeups::new(changes, Duration::from_secs(3600), leader).with_later(Some(later));
+    let shutdown = CancellationToken::new();
+    assert_eq!(wakeups.next(&shutdown).await, Some(Wakeup::Everything), "the first tick, at once");
+    let woken = tokio::time::timeout(Duration::from_secs(5), wakeups.next(&shutdown)).await.expect("within 5 s");
+    assert_eq!(woken, Some(Wakeup::Change(Change::Namespace("ns-a".into()))));
+    assert!(started.elapsed() >= grace, "not before the grace ends: {:?}", started.elapsed());
+    assert_eq!(pruner.pass(&ns).await, [Outcome::Deleted]);
 }
 
 #[tokio::test]

@@ -25,7 +25,7 @@ pub struct Metrics {
     projects: Family<StateLabels, Gauge>,
     project_synced: Family<ProjectLabels, Gauge>,
     /// The projects `project_synced` has a series for, so a disengaged one's goes.
-    known: std::sync::Mutex<std::collections::BTreeSet<String>>,
+    known: parking_lot::Mutex<std::collections::BTreeSet<String>>,
     writes: Family<ResultLabels, Counter>,
     addresses: Histogram,
     recompute: Histogram,
@@ -96,7 +96,7 @@ impl Metrics {
         self.projects.get_or_create(&StateLabels { state: "unsynced" }).set(i64::try_from(unsynced).unwrap_or(0));
         // Set each series in place and remove only those of projects that are gone: a scrape
         // between the two never sees an engaged project's series missing.
-        let mut known = self.known.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut known = self.known.lock();
         for (project, synced) in projects {
             self.project_synced.get_or_create(&ProjectLabels { project: project.clone() }).set(i64::from(*synced));
         }

@@ -4,7 +4,7 @@
 //! leave the record only once it has lacked them for `--withdraw-after`.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use edgegate::core::crd::MAX_RECORD_ADDRESSES;
@@ -14,16 +14,16 @@ use edgegate::index::Change;
 use edgegate::index::hub::HubView;
 use edgegate::index::project::ProjectIndex;
 use edgegate::runtime::lease::Leadership;
-use edgegate::runtime::wakeups::{Wakeup, Wakeups};
+use edgegate::runtime::wakeups::{Later, Wakeup, Wakeups};
 use kube::api::{Patch, PatchParams};
 use kube::runtime::events::{Event, EventType, Recorder};
 use kube::{Api, Client};
+use parking_lot::{Mutex, RwLock};
 use serde_json::json;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::metrics::Metrics;
-use crate::run::lock;
 
 /// How a restore of served addresses after a conflict ended.
 enum Restore {
@@ -41,7 +41,7 @@ const RETRY_AFTER_ERROR: Duration = Duration::from_secs(2);
 pub const FIELD_MANAGER: &str = "edgegate-producer";
 
 /// What made a recompute necessary.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Trigger {
     /// Something in one project changed (a namespace, or everything after a re-list).
     Project(String, Change),
@@ -101,8 +101,9 @@ pub struct Producer {
     pub withdrawals: Mutex<Hold<Withdrawal>>,
     /// What the answer named while nothing could be written: the next write names it too.
     pub unwritten: Mutex<Unwritten>,
-    /// Where a hub namespace is sent to be recomputed once a held address is due to leave.
-    pub again: Option<mpsc::UnboundedSender<Trigger>>,
+    /// Where a hub namespace is asked to be recomputed once a held address is due to leave, and
+    /// a pass over everything after a failed write.
+    pub again: Option<Later<Trigger>>,
     /// Whether this replica may write now.
     pub leader: Leadership,
     pub metrics: Arc<Metrics>,
@@ -114,7 +115,7 @@ pub struct Producer {
 
 impl Producer {
     fn projects(&self) -> Vec<(String, Arc<ProjectIndex>)> {
-        let projects = self.projects.read().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let projects = self.projects.read();
         projects.iter().map(|(n, p)| (n.clone(), Arc::clone(p))).collect()
     }
 
@@ -131,7 +132,7 @@ impl Producer {
                 // The project is seen, only nothing can be written: what serves meanwhile is
                 // named by the first write after, even if it has stopped serving by then.
                 let answer = index.reachable(namespace).addresses;
-                lock(&self.unwritten).observe(&hub_ns, &answer, Instant::now());
+                self.unwritten.lock().observe(&hub_ns, &answer, Instant::now());
             }
             return Written::Skipped;
         }
@@ -147,7 +148,7 @@ impl Producer {
             return Written::NoHubNamespace;
         }
         let started = Instant::now();
-        let recent = lock(&self.unwritten).recent(&hub_ns, started);
+        let recent = self.unwritten.lock().recent(&hub_ns, started);
         let (changed, before) = self
             .view
             .with_record(&hub_ns, |current| (index.changed_answer(namespace, current), current.map(<[String]>::len)));
@@ -171,7 +172,7 @@ impl Producer {
         }
         let addresses = self.with_held_withdrawals(&hub_ns, answer.addresses, recent);
         if self.view.with_record(&hub_ns, |current| current == Some(addresses.as_slice())) {
-            lock(&self.unwritten).written(&hub_ns);
+            self.unwritten.lock().written(&hub_ns);
             return Written::Unchanged; // what changed is only held withdrawals
         }
         if addresses.len() > MAX_RECORD_ADDRESSES {
@@ -206,7 +207,7 @@ impl Producer {
                 );
                 self.metrics.addresses(addresses.len());
                 self.view.wrote(&hub_ns, addresses);
-                lock(&self.unwritten).written(&hub_ns);
+                self.unwritten.lock().written(&hub_ns);
                 Written::Applied
             }
             Err(kube::Error::Api(status)) if status.code == 409 => {
@@ -295,7 +296,7 @@ impl Producer {
 
     /// End the withdrawal runs of the hub namespaces `which` names.
     fn end_withdrawals(&self, which: impl Fn(&str) -> bool) {
-        self.withdrawals.lock().unwrap_or_else(std::sync::PoisonError::into_inner).end(|(ns, _)| which(ns));
+        self.withdrawals.lock().end(|(ns, _)| which(ns));
     }
 
     /// The answer plus the addresses the record names (or `recent`ly served, unwritten) that the
@@ -321,26 +322,31 @@ impl Producer {
     }
 
     /// Observe which of the record's addresses the answer lacks now; returns those still held.
-    /// Each newly lacked address sends the namespace round again when it becomes due.
+    /// The namespace comes round again when the first address held falls due.
     fn hold_withdrawals(&self, hub_ns: &str, lacking: Vec<String>) -> Vec<String> {
-        let observed = {
-            let mut hold = self.withdrawals.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let (observed, next_due) = {
+            let mut hold = self.withdrawals.lock();
             if lacking.is_empty() && hold.is_empty() {
                 return Vec::new();
             }
-            hold.observe(Instant::now(), lacking.into_iter().map(|a| (hub_ns.to_owned(), a)), |(ns, _)| ns == hub_ns)
+            let observed =
+                hold.observe(Instant::now(), lacking.into_iter().map(|a| (hub_ns.to_owned(), a)), |(ns, _)| {
+                    ns == hub_ns
+                });
+            let next_due = observed.held.iter().filter_map(|key| hold.due_at(key)).min();
+            (observed, next_due)
         };
-        if let (Some(again), Some(due_at)) = (&self.again, observed.started.iter().map(|(_, at)| *at).max()) {
-            let (again, hub_ns) = (again.clone(), hub_ns.to_owned());
+        if !observed.started.is_empty() {
             tracing::info!(
                 hub_namespace = hub_ns,
                 addresses = observed.started.len(),
                 "answer lacks addresses; they leave the record once --withdraw-after has passed"
             );
-            tokio::spawn(async move {
-                tokio::time::sleep_until(due_at.into()).await;
-                let _ = again.send(Trigger::Hub(Change::Namespace(hub_ns)));
-            });
+        }
+        // The namespace comes round again when its first held address falls due; that pass asks
+        // again for the next (one queued instant per namespace: the earliest).
+        if let (Some(again), Some(due_at)) = (&self.again, next_due) {
+            again.at(Trigger::Hub(Change::Namespace(hub_ns.to_owned())), due_at);
         }
         observed.held.into_iter().map(|(_, a)| a).collect()
     }
@@ -390,7 +396,7 @@ impl Producer {
         let marks = crate::run::marks(&self.view, &self.projects);
         let whole_at_start = self.leader.is_leader() && crate::run::whole(&self.view, &self.projects);
         if !whole_at_start {
-            lock(&self.current).current = None;
+            self.current.lock().current = None;
         }
         if triggers.contains(&Trigger::Hub(Change::All)) {
             // Withdrawals held for hub namespaces no engaged project has any more (a project
@@ -401,7 +407,7 @@ impl Producer {
                 .flat_map(|(_, index)| index.namespaces().into_iter().map(|(_, uid)| format!("ns-{uid}")))
                 .collect();
             self.end_withdrawals(|ns| !live.contains(ns));
-            lock(&self.unwritten).retain(|ns| live.contains(ns));
+            self.unwritten.lock().retain(|ns| live.contains(ns));
         }
         let mut seen = BTreeSet::new();
         let mut outcomes = Vec::new();
@@ -421,15 +427,12 @@ impl Producer {
         // makes the records current; a failed write makes them not, until a pass (asked for
         // here, shortly) writes it.
         if outcomes.iter().any(|w| matches!(w, Written::Error)) {
-            lock(&self.current).current = None;
-            if let Some(again) = self.again.clone() {
-                tokio::spawn(async move {
-                    tokio::time::sleep(RETRY_AFTER_ERROR).await;
-                    let _ = again.send(Trigger::Hub(Change::All));
-                });
+            self.current.lock().current = None;
+            if let Some(again) = &self.again {
+                again.at(Trigger::Hub(Change::All), Instant::now() + RETRY_AFTER_ERROR);
             }
         } else if triggers.contains(&Trigger::Hub(Change::All)) {
-            let mut word = lock(&self.current);
+            let mut word = self.current.lock();
             if whole_at_start
                 && self.leader.is_leader()
                 && crate::run::whole(&self.view, &self.projects)
@@ -453,7 +456,7 @@ impl Producer {
     /// Passes until `shutdown`: one per batch of triggers, one over everything on each resync
     /// tick and whenever this replica becomes leader.
     pub async fn run(self, triggers: mpsc::UnboundedReceiver<Trigger>, resync: Duration, shutdown: CancellationToken) {
-        let mut wakeups = Wakeups::new(triggers, resync, self.leader.changes());
+        let mut wakeups = Wakeups::new(triggers, resync, self.leader.changes()).with_later(self.again.clone());
         while let Some(wakeup) = wakeups.next(&shutdown).await {
             let first = match wakeup {
                 Wakeup::Change(trigger) => trigger,

@@ -3,7 +3,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use edgegate::EdgeReachability;
 use edgegate::Slice;
@@ -17,8 +17,10 @@ use edgegate::runtime::admin::Probes;
 use edgegate::runtime::controller::Controller;
 use edgegate::runtime::lease::{Leadership, Word};
 use edgegate::runtime::supervise::essential;
+use edgegate::runtime::wakeups::Later;
 use kube::runtime::watcher;
 use kube::{Api, Client};
+use parking_lot::Mutex;
 use serde::de::DeserializeOwned;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
@@ -29,6 +31,9 @@ use crate::metrics::Metrics;
 use crate::producer::{Producer, Projects, Trigger};
 
 pub async fn run(args: Args) -> anyhow::Result<()> {
+    // Unbounded: fed by the watch handlers (through `forward`) and the Lease's word, neither of
+    // which may wait, and a trigger dropped would lose a write; one message per event, drained
+    // into one write per namespace by each batch.
     let (triggers_tx, triggers) = mpsc::unbounded_channel();
     let view = Arc::new(HubView::new(args.record_name.clone()));
     let projects = Projects::default();
@@ -47,7 +52,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let hub = controller.hub.clone();
     let shutdown = &controller.shutdown;
     start_hub_watches(&hub, &view, &triggers_tx, shutdown);
-    let engaged = Engaged::new(projects, triggers_tx.clone(), shutdown);
+    let engaged = Engaged::new(projects, triggers_tx, shutdown);
     match (&args.project_kubeconfig, &args.projects_dir) {
         (Some(file), _) => {
             let name = args.project_name.clone().unwrap_or_else(|| stem(file));
@@ -69,7 +74,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         force_ownership: args.force_ownership,
         withdrawals: Mutex::new(Hold::new(args.withdraw_after)),
         unwritten: Mutex::new(edgegate::core::unwritten::Unwritten::new(args.withdraw_after)),
-        again: Some(triggers_tx),
+        again: Some(Later::default()),
         leader: controller.leader.clone(),
         metrics: Arc::clone(&metrics),
         recorder,
@@ -108,18 +113,18 @@ fn word(
     let attentive_since = Mutex::new(std::time::Instant::now());
     Word(Arc::new(move || {
         let now = std::time::Instant::now();
-        let gap = lock(&last_write).replace(now).map(|last| now.saturating_duration_since(last));
+        let gap = last_write.lock().replace(now).map(|last| now.saturating_duration_since(last));
         if gap.is_none_or(|gap| gap > 2 * renew_every + std::time::Duration::from_secs(1)) {
-            *lock(&current) = WordState::default();
-            *lock(&attentive_since) = now;
+            *current.lock() = WordState::default();
+            *attentive_since.lock() = now;
         }
         if !whole(&view, &projects) {
             return None;
         }
         let seen = marks(&view, &projects);
-        let mut word = lock(&current);
+        let mut word = current.lock();
         if word.current.as_ref() == Some(&seen) {
-            let attentive_for = now.saturating_duration_since(*lock(&attentive_since));
+            let attentive_for = now.saturating_duration_since(*attentive_since.lock());
             return watched_for(&projects, now)?.min(attentive_for).checked_sub(withdraw_after);
         }
         if word.asked.as_ref() != Some(&seen) {
@@ -151,7 +156,7 @@ pub struct WordState {
 pub type Current = Arc<Mutex<WordState>>;
 
 pub fn marks(view: &HubView, projects: &Projects) -> Marks {
-    let projects = projects.read().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let projects = projects.read();
     Marks {
         hub: view.unsyncs(),
         projects: projects.iter().map(|(n, p)| (n.clone(), p.engagement(), p.unsyncs())).collect(),
@@ -161,18 +166,14 @@ pub fn marks(view: &HubView, projects: &Projects) -> Marks {
 /// For how long every engaged project's watches have been whole without a break (`None` while
 /// any is not: `None` is the least of the options).
 fn watched_for(projects: &Projects, now: std::time::Instant) -> Option<std::time::Duration> {
-    let projects = projects.read().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let projects = projects.read();
     projects.values().map(|p| p.whole_for(now)).min().flatten()
 }
 
 /// The hub and at least one project engaged, each synced.
 pub fn whole(view: &HubView, projects: &Projects) -> bool {
-    let projects = projects.read().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let projects = projects.read();
     view.synced() && !projects.is_empty() && projects.values().all(|p| p.synced())
-}
-
-pub fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 fn stem(path: &Path) -> String {
@@ -186,6 +187,7 @@ pub fn start_hub_watches(
     triggers: &mpsc::UnboundedSender<Trigger>,
     shutdown: &CancellationToken,
 ) {
+    // Unbounded: a watch handler must not wait; `forward` moves each change on as it comes.
     let (tx, rx) = mpsc::unbounded_channel();
     forward(rx, triggers.clone(), Trigger::Hub);
     let namespaces = Whole::new(HubWriter::new(Arc::clone(view), tx.clone()));
@@ -248,6 +250,7 @@ impl Engaged {
     /// Start the five watches of a project; its namespaces are written once all have listed.
     pub fn engage(&self, name: &str, client: Client) {
         let index = Arc::new(ProjectIndex::default());
+        // Unbounded: a watch handler must not wait; `forward` moves each change on as it comes.
         let (tx, rx) = mpsc::unbounded_channel();
         let project = name.to_owned();
         forward(rx, self.triggers.clone(), move |change| Trigger::Project(project.clone(), change));
@@ -262,25 +265,23 @@ impl Engaged {
             spawn_follow::<NamespaceMeta, _>(&of, Api::all(client), Whole::new(writer()), shutdown),
         ];
         tracing::info!(project = name, "project engaged");
-        self.projects.write().unwrap_or_else(std::sync::PoisonError::into_inner).insert(name.to_owned(), index);
-        if let Some(old) =
-            self.tasks.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(name.to_owned(), tasks)
-        {
+        self.projects.write().insert(name.to_owned(), index);
+        if let Some(old) = self.tasks.lock().insert(name.to_owned(), tasks) {
             old.iter().for_each(JoinHandle::abort);
         }
     }
 
     /// Stop a project's watches; its records stay as they are.
     pub fn disengage(&self, name: &str) {
-        self.projects.write().unwrap_or_else(std::sync::PoisonError::into_inner).remove(name);
-        if let Some(tasks) = self.tasks.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(name) {
+        self.projects.write().remove(name);
+        if let Some(tasks) = self.tasks.lock().remove(name) {
             tasks.iter().for_each(JoinHandle::abort);
         }
         tracing::info!(project = name, "project disengaged; its records are left as they are");
     }
 
     fn names(&self) -> Vec<String> {
-        self.projects.read().unwrap_or_else(std::sync::PoisonError::into_inner).keys().cloned().collect()
+        self.projects.read().keys().cloned().collect()
     }
 }
 
@@ -347,7 +348,7 @@ impl Probes for Admin {
     }
 
     fn metrics(&self) -> String {
-        let projects = self.engaged.projects.read().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let projects = self.engaged.projects.read();
         let states: Vec<(String, bool)> = projects.iter().map(|(n, p)| (n.clone(), p.synced())).collect();
         drop(projects);
         self.metrics.set_state(self.leader.is_leader(), &states);

@@ -4,7 +4,7 @@
 //! for the whole process, with preconditions, and only while this replica leads and both caches
 //! are whole.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use edgegate::core::hold::Hold;
@@ -14,12 +14,13 @@ use edgegate::index::Change;
 use edgegate::index::copies::CopyIndex;
 use edgegate::index::prune::plan;
 use edgegate::runtime::lease::Leadership;
-use edgegate::runtime::wakeups::{Wakeup, Wakeups};
+use edgegate::runtime::wakeups::{Later, Wakeup, Wakeups};
 use edgegate::{CopySelector, EdgeReachability, RecordSource, RecordStore, Slice};
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::api::{DeleteParams, Preconditions};
 use kube::runtime::events::{Event, EventType, Recorder};
 use kube::{Api, Client};
+use parking_lot::Mutex;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
@@ -34,7 +35,7 @@ const IN_FLIGHT: usize = 8;
 #[derive(Debug)]
 pub struct Pacer {
     pace: Duration,
-    next: std::sync::Mutex<Option<Instant>>,
+    next: Mutex<Option<Instant>>,
     /// Closed at shutdown: no more turns, so only the DELETEs already sent are waited for.
     closed: CancellationToken,
 }
@@ -47,7 +48,7 @@ impl Pacer {
     }
 
     pub fn new(pace: Duration) -> Self {
-        Pacer { pace, next: std::sync::Mutex::new(None), closed: CancellationToken::new() }
+        Pacer { pace, next: Mutex::new(None), closed: CancellationToken::new() }
     }
 
     /// Hand out no more turns.
@@ -65,7 +66,7 @@ impl Pacer {
             return true;
         }
         let at = {
-            let mut next = self.next.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            let mut next = self.next.lock();
             let now = Instant::now();
             let at = next.map_or(now, |next| next.max(now));
             *next = Some(at + self.pace);
@@ -88,7 +89,7 @@ pub type Grace = Arc<Mutex<Hold<CopyKey>>>;
 /// even for a moment between two passes, ends that copy's run.
 pub fn named_again(grace: Grace, copies: Arc<CopyIndex>) -> edgegate::index::source::kubernetes::RecordObserver {
     Box::new(move |namespace, record| {
-        let mut grace = lock(&grace);
+        let mut grace = grace.lock();
         if grace.is_empty() {
             return;
         }
@@ -98,8 +99,15 @@ pub fn named_again(grace: Grace, copies: Arc<CopyIndex>) -> edgegate::index::sou
     })
 }
 
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+/// The instant each namespace's first held copy falls due.
+fn first_due_by_namespace(grace: &Hold<CopyKey>, held: &[CopyKey]) -> std::collections::HashMap<String, Instant> {
+    let mut first = std::collections::HashMap::<String, Instant>::new();
+    for key in held {
+        if let Some(due_at) = grace.due_at(key) {
+            first.entry(key.0.clone()).and_modify(|at| *at = (*at).min(due_at)).or_insert(due_at);
+        }
+    }
+    first
 }
 
 /// Everything a pass needs.
@@ -113,8 +121,8 @@ pub struct Pruner {
     pub pacer: Pacer,
     /// How long a copy must have been unnamed, without a break, before it is deleted (`--grace`).
     pub grace: Grace,
-    /// Where a namespace is sent to be passed over again, once a held copy becomes due.
-    pub again: Option<mpsc::UnboundedSender<Change>>,
+    /// Where a namespace is asked to be passed over again, once a held copy becomes due.
+    pub again: Option<Later<Change>>,
     /// With `--producer-lease`: a copy due is deleted only once the producer's word is given since.
     pub word: Option<Arc<ProducerWord>>,
     /// Whether this replica may delete now.
@@ -180,7 +188,7 @@ impl Pruner {
         if !self.may_delete() {
             // Nothing observed now: runs must not span the gap (the record may name a copy again
             // meanwhile, unseen), so each starts again once this replica looks again.
-            lock(&self.grace).end(|_| true);
+            self.grace.lock().end(|_| true);
             tracing::debug!(?scope, "pass skipped: not leading, or caches not whole");
             return Vec::new();
         }
@@ -202,28 +210,30 @@ impl Pruner {
 
     /// The planned deletions whose copies have been unnamed for the whole grace. Copies in scope
     /// that are not planned any more (named again, gone, record deleted) end their runs; each
-    /// newly held namespace is passed over again when its grace ends.
+    /// namespace with a held copy is passed over again when the first of them falls due.
     fn due(&self, scope: &Scope, planned: Vec<Deletion>) -> Vec<Deletion> {
         let key = |d: &Deletion| (d.namespace.clone(), d.name.clone(), d.uid.clone());
         let in_scope = |k: &CopyKey| match scope {
             Scope::Namespace(ns) => k.0 == *ns,
             Scope::All => true,
         };
-        let observed = lock(&self.grace).observe(Instant::now(), planned.iter().map(key), in_scope);
+        let (observed, next_due) = {
+            let mut grace = self.grace.lock();
+            let observed = grace.observe(Instant::now(), planned.iter().map(key), in_scope);
+            let next_due = first_due_by_namespace(&grace, &observed.held);
+            (observed, next_due)
+        };
         if !observed.held.is_empty() {
             tracing::debug!(held = observed.held.len(), "copies unnamed, inside their grace");
         }
-        let mut woken = std::collections::HashSet::new();
-        for ((ns, name, _), due_at) in observed.started {
+        for ((ns, name, _), _) in &observed.started {
             tracing::info!(namespace = %ns, name = %name, "record names none of the copy's addresses; deleting it once the grace ends");
-            if let Some(again) = &self.again
-                && woken.insert(ns.clone())
-            {
-                let again = again.clone();
-                tokio::spawn(async move {
-                    tokio::time::sleep_until(due_at.into()).await;
-                    let _ = again.send(Change::Namespace(ns));
-                });
+        }
+        // Each namespace is passed over again when its first held copy falls due; that pass asks
+        // again for the next (one queued instant per namespace: the earliest).
+        if let Some(again) = &self.again {
+            for (ns, due_at) in next_due {
+                again.at(Change::Namespace(ns), due_at);
             }
         }
         let due: std::collections::HashSet<CopyKey> = observed.due.into_iter().collect();
@@ -241,7 +251,7 @@ impl Pruner {
         // waited its turn: the watch then ended its run.
         let key = (planned.namespace.clone(), planned.name.clone(), planned.uid.clone());
         let due_at = {
-            let grace = lock(&self.grace);
+            let grace = self.grace.lock();
             if !grace.is_due(&key, Instant::now()) {
                 tracing::info!(namespace = %planned.namespace, name = %planned.name, "record named the copy again meanwhile; kept");
                 return None;
@@ -297,7 +307,7 @@ impl Pruner {
                 // then must not delete it again. A finalizer keeps it; the watch brings it back
                 // as terminating.
                 self.copies.forget(ns, name, now.resource_version.as_deref());
-                lock(&self.grace).forget(&(ns.clone(), name.clone(), now.uid.clone()));
+                self.grace.lock().forget(&(ns.clone(), name.clone(), now.uid.clone()));
                 self.record_event(&now).await;
                 Outcome::Deleted
             }
@@ -371,7 +381,7 @@ impl Pruner {
     /// sent may finish for up to [`DRAIN`] while this replica still holds the Lease; only then is
     /// it released.
     pub async fn run(self, changes: mpsc::UnboundedReceiver<Change>, resync: Duration, shutdown: CancellationToken) {
-        let mut wakeups = Wakeups::new(changes, resync, self.leader.changes());
+        let mut wakeups = Wakeups::new(changes, resync, self.leader.changes()).with_later(self.again.clone());
         while let Some(wakeup) = wakeups.next(&shutdown).await {
             let mut batch = vec![wakeup];
             batch.extend(std::iter::from_fn(|| wakeups.try_next_change().map(Wakeup::Change)));

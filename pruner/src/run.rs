@@ -1,6 +1,6 @@
 //! Wiring: the two watches and the pass loop, inside the life every controller shares.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use edgegate::core::hold::Hold;
 use edgegate::index::copies::{CopyIndex, CopyWriter};
@@ -10,10 +10,12 @@ use edgegate::runtime::admin::Probes;
 use edgegate::runtime::controller::Controller;
 use edgegate::runtime::lease::Leadership;
 use edgegate::runtime::supervise::essential;
+use edgegate::runtime::wakeups::Later;
 use edgegate::{EdgeReachability, RecordSource, RecordStore, Slice};
 use kube::core::DeserializeGuard;
 use kube::runtime::watcher;
 use kube::{Api, Client};
+use parking_lot::Mutex;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
@@ -28,6 +30,8 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         "--producer-lease needs a non-zero --grace: the producer's word is asked for after a copy falls due"
     );
     let controller = Controller::start(&args.hub, &args.lease.config(&args.lease_name, "edgegate-pruner")).await?;
+    // Unbounded: the watch handlers send on it and must never wait, and a change dropped would
+    // lose a pass; one message per event, drained into one pass per namespace by each batch.
     let (changes_tx, changes) = mpsc::unbounded_channel();
     let records = Arc::new(RecordStore::new(args.record_name.clone()));
     let copies = Arc::new(CopyIndex::default());
@@ -73,7 +77,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         dry_run: args.dry_run,
         pacer: Pacer::per_second(args.max_deletes_per_second),
         grace,
-        again: Some(changes_tx),
+        again: Some(Later::default()),
         word,
         leader: controller.leader.clone(),
         metrics,

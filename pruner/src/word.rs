@@ -15,13 +15,14 @@
 //! while nobody watched is withdrawn no sooner than one the producer saw stop serving.
 
 use std::collections::{BTreeSet, VecDeque};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use edgegate::index::Change;
 use edgegate::runtime::lease::{word_complete_for, word_given};
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::Api;
+use parking_lot::Mutex;
 use tokio::sync::mpsc;
 
 /// How often the Lease is read while a deletion waits (the producer renews every fifth of its
@@ -78,20 +79,16 @@ impl ProducerWord {
         ProducerWord { lease, name, grace, state: Mutex::default(), again }
     }
 
-    fn state(&self) -> std::sync::MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
     /// Has the producer renewed with its word since `due`, recently, does the Lease still carry
     /// it, and have its records been complete for the grace?
     pub fn given_since(&self, due: Instant, now: Instant) -> bool {
-        given_since(&self.state().reads, due, now, self.grace)
+        given_since(&self.state.lock().reads, due, now, self.grace)
     }
 
     /// A deletion in `namespace` waits for the word: read the Lease until it stands, then pass
     /// the namespace over again. True when the namespace was not waiting already.
     pub fn wait(self: &Arc<Self>, namespace: &str) -> bool {
-        let mut state = self.state();
+        let mut state = self.state.lock();
         let now = Instant::now();
         state.last_wait = Some(now);
         state.held_since.get_or_insert(now);
@@ -105,7 +102,7 @@ impl ProducerWord {
 
     /// How long deletions have waited without the word standing; zero when none waits.
     pub fn held_for(&self) -> Duration {
-        self.state().held_since.map(|since| since.elapsed()).unwrap_or_default()
+        self.state.lock().held_since.map(|since| since.elapsed()).unwrap_or_default()
     }
 
     /// Read the Lease every [`POLL`] while anything waits (and [`LINGER`] after); each time the
@@ -121,7 +118,7 @@ impl ProducerWord {
                 }
             };
             let woken: Vec<String> = {
-                let mut state = self.state();
+                let mut state = self.state.lock();
                 if let Some(read) = read {
                     state.reads.push_back(read);
                     while state.reads.len() > KEPT {
@@ -145,7 +142,7 @@ impl ProducerWord {
                 let _ = self.again.send(Change::Namespace(namespace));
             }
             tokio::time::sleep(POLL).await;
-            let mut state = self.state();
+            let mut state = self.state.lock();
             if state.waiting.is_empty() && state.last_wait.is_none_or(|at| at.elapsed() > LINGER) {
                 state.polling = false;
                 state.held_since = None;

@@ -3,10 +3,11 @@
 //! namespace, whatever the hub holds elsewhere.
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, RwLock};
 
 use kube::runtime::watcher;
+use parking_lot::RwLock;
 
 use crate::core::address::is_noncanonical;
 use crate::core::slice::Slice;
@@ -25,12 +26,12 @@ pub struct CopyIndex {
 impl CopyIndex {
     /// The copies in one namespace, by name.
     pub fn in_namespace(&self, namespace: &str) -> Vec<Arc<Slice>> {
-        self.read().get(namespace).map(|c| c.values().cloned().collect()).unwrap_or_default()
+        self.copies.read().get(namespace).map(|c| c.values().cloned().collect()).unwrap_or_default()
     }
 
     /// One copy as last seen.
     pub fn get(&self, namespace: &str, name: &str) -> Option<Arc<Slice>> {
-        self.read().get(namespace).and_then(|c| c.get(name)).cloned()
+        self.copies.read().get(namespace).and_then(|c| c.get(name)).cloned()
     }
 
     pub fn synced(&self) -> bool {
@@ -38,7 +39,7 @@ impl CopyIndex {
     }
 
     pub fn len(&self) -> usize {
-        self.read().values().map(BTreeMap::len).sum()
+        self.copies.read().values().map(BTreeMap::len).sum()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -50,7 +51,7 @@ impl CopyIndex {
     /// webhook. A scan of every address, for a periodic check, not for every pass; the lock is
     /// held only to take the copies, so the watch is not held up by the scan.
     pub fn noncanonical(&self) -> usize {
-        let copies: Vec<Arc<Slice>> = self.read().values().flat_map(BTreeMap::values).cloned().collect();
+        let copies: Vec<Arc<Slice>> = self.copies.read().values().flat_map(BTreeMap::values).cloned().collect();
         copies.iter().flat_map(|copy| copy.addresses()).filter(|a| is_noncanonical(a)).count()
     }
 
@@ -58,19 +59,11 @@ impl CopyIndex {
     /// the index still holds it at `resource_version`: a newer version (the copy turned
     /// terminating, held by a finalizer) came from the watch and stays.
     pub fn forget(&self, namespace: &str, name: &str, resource_version: Option<&str>) {
-        let mut map = self.write();
+        let mut map = self.copies.write();
         let held = map.get(namespace).and_then(|c| c.get(name));
         if held.is_some_and(|c| c.metadata.resource_version.as_deref() == resource_version) {
             remove(&mut map, namespace, name);
         }
-    }
-
-    fn read(&self) -> std::sync::RwLockReadGuard<'_, ByNamespace> {
-        self.copies.read().unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
-    fn write(&self) -> std::sync::RwLockWriteGuard<'_, ByNamespace> {
-        self.copies.write().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     fn insert(map: &mut ByNamespace, slice: Slice) {
@@ -125,7 +118,7 @@ impl WatchSink<Slice> for CopyWriter {
 
     fn relist_done(&mut self) {
         if let Some(map) = self.relisting.take() {
-            *self.index.write() = map;
+            *self.index.copies.write() = map;
             self.index.synced.store(true, Ordering::Release);
             tracing::info!(copies = self.index.len(), "copies listed from the hub");
             if let Some(tx) = &self.changes {
@@ -136,14 +129,14 @@ impl WatchSink<Slice> for CopyWriter {
 
     fn applied(&mut self, slice: Slice) {
         let namespace = slice.namespace().to_owned();
-        CopyIndex::insert(&mut self.index.write(), slice);
+        CopyIndex::insert(&mut self.index.copies.write(), slice);
         if let Some(tx) = &self.changes {
             let _ = tx.send(Change::Namespace(namespace));
         }
     }
 
     fn deleted(&mut self, slice: Slice) {
-        remove(&mut self.index.write(), slice.namespace(), slice.name());
+        remove(&mut self.index.copies.write(), slice.namespace(), slice.name());
     }
 
     fn failed(&mut self, error: &watcher::Error) {

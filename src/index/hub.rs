@@ -2,11 +2,12 @@
 //! written (`spec.addresses` exactly, not normalised), so it writes only when its answer differs.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, RwLock};
 
 use kube::ResourceExt;
 use kube::runtime::watcher;
+use parking_lot::RwLock;
 use tokio::sync::mpsc::UnboundedSender;
 
 use super::Change;
@@ -53,26 +54,18 @@ impl HubView {
     }
 
     pub fn has_namespace(&self, namespace: &str) -> bool {
-        read(&self.namespaces).contains(namespace)
+        self.namespaces.read().contains(namespace)
     }
 
     /// `f` of the record's addresses as written (`None`: no record), without copying them.
     pub fn with_record<T>(&self, namespace: &str, f: impl FnOnce(Option<&[String]>) -> T) -> T {
-        f(read(&self.records).get(namespace).map(Vec::as_slice))
+        f(self.records.read().get(namespace).map(Vec::as_slice))
     }
 
     /// What was just written, so the next recompute compares against it before the watch says so.
     pub fn wrote(&self, namespace: &str, addresses: Vec<String>) {
-        write(&self.records).insert(namespace.to_owned(), addresses);
+        self.records.write().insert(namespace.to_owned(), addresses);
     }
-}
-
-fn read<T>(lock: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
-    lock.read().unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
-fn write<T>(lock: &RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
-    lock.write().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// Feeds a [`HubView`] from the hub's Namespace and EdgeReachability watches. A namespace that
@@ -90,18 +83,18 @@ impl HubWriter {
 
 impl SnapshotSink<NamespaceMeta> for HubWriter {
     fn replace(&mut self, list: Vec<NamespaceMeta>, _undecodable: Vec<kube::core::error_boundary::InvalidObject>) {
-        *write(&self.view.namespaces) = list.iter().map(ResourceExt::name_any).collect();
+        *self.view.namespaces.write() = list.iter().map(ResourceExt::name_any).collect();
         self.view.namespaces_synced.store(true, Ordering::Release);
         let _ = self.changes.send(Change::All);
     }
     fn applied(&mut self, ns: NamespaceMeta) {
         let name = ns.name_any();
-        if write(&self.view.namespaces).insert(name.clone()) {
+        if self.view.namespaces.write().insert(name.clone()) {
             let _ = self.changes.send(Change::Namespace(name));
         }
     }
     fn deleted(&mut self, ns: NamespaceMeta) {
-        write(&self.view.namespaces).remove(&ns.name_any());
+        self.view.namespaces.write().remove(&ns.name_any());
     }
     fn failed(&mut self, error: &watcher::Error) {
         self.view.namespaces_synced.store(false, Ordering::Release);
@@ -115,7 +108,7 @@ impl SnapshotSink<EdgeReachability> for HubWriter {
     /// namespace's record whole, which puts it right.
     fn replace(&mut self, list: Vec<EdgeReachability>, _undecodable: Vec<kube::core::error_boundary::InvalidObject>) {
         let wanted = |r: &EdgeReachability| r.name_any() == self.view.record_name;
-        *write(&self.view.records) = list
+        *self.view.records.write() = list
             .iter()
             .filter(|r| wanted(r))
             .map(|r| (r.namespace().unwrap_or_default(), r.entries().to_vec()))
@@ -126,7 +119,7 @@ impl SnapshotSink<EdgeReachability> for HubWriter {
     fn applied(&mut self, record: EdgeReachability) {
         if record.name_any() == self.view.record_name {
             let ns = record.namespace().unwrap_or_default();
-            let previous = write(&self.view.records).insert(ns.clone(), record.entries().to_vec());
+            let previous = self.view.records.write().insert(ns.clone(), record.entries().to_vec());
             // Addresses changed by someone else (the producer's own writes are in the view
             // already) are put right at once: the pruner withdraws what a record stops naming
             // after its grace, well before a resync would come round.
@@ -138,7 +131,7 @@ impl SnapshotSink<EdgeReachability> for HubWriter {
     fn deleted(&mut self, record: EdgeReachability) {
         if record.name_any() == self.view.record_name {
             let ns = record.namespace().unwrap_or_default();
-            write(&self.view.records).remove(&ns);
+            self.view.records.write().remove(&ns);
             // A record deleted by hand is written again at once (and on every resync).
             let _ = self.changes.send(Change::Namespace(ns));
         }

@@ -12,7 +12,7 @@ pub mod store;
 
 /// What changed in an index, for the loop that acts on it (the pruner's passes, the producer's
 /// recomputes): one namespace, or everything after a (re-)list.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Change {
     /// Something in this namespace changed: a record, a copy, a project object.
     Namespace(String),

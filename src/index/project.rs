@@ -3,12 +3,13 @@
 //! every one of them is whole: listed, and followed without an error since.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use kube::core::error_boundary::InvalidObject;
 use kube::runtime::watcher;
+use parking_lot::{Mutex, RwLock};
 use tokio::sync::mpsc::UnboundedSender;
 
 use super::Change;
@@ -63,21 +64,17 @@ impl ProjectIndex {
 
     /// For how long every watch has been whole without a break, at `now`; `None` while not.
     pub fn whole_for(&self, now: Instant) -> Option<Duration> {
-        let since = *self.whole_since();
+        let since = *self.whole_since.lock();
         since.filter(|_| self.synced()).map(|since| now.saturating_duration_since(since))
     }
 
     /// A watch listed: if that made every one whole, the unbroken run starts now.
     fn listed(&self, slot: usize) {
         self.synced[slot].store(true, Ordering::Release);
-        let mut since = self.whole_since();
+        let mut since = self.whole_since.lock();
         if self.synced() && since.is_none() {
             *since = Some(Instant::now());
         }
-    }
-
-    fn whole_since(&self) -> std::sync::MutexGuard<'_, Option<Instant>> {
-        self.whole_since.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// How many times a watch has failed so far.
@@ -94,18 +91,18 @@ impl ProjectIndex {
     /// nothing is written for it (its record stays as it is) until that object is deleted or
     /// decodes.
     pub fn undecodable_in(&self, namespace: &str) -> bool {
-        read(&self.undecodable).get(namespace).is_some_and(|names| !names.is_empty())
+        self.undecodable.read().get(namespace).is_some_and(|names| !names.is_empty())
     }
 
     /// The answer for one namespace: empty when it holds none of the kinds.
     pub fn reachable(&self, namespace: &str) -> Reachability {
-        read(&self.namespaces).get(namespace).map(reachable).unwrap_or_default()
+        self.namespaces.read().get(namespace).map(reachable).unwrap_or_default()
     }
 
     /// The answer for one namespace unless it equals `current`, the record on the hub: `None`
     /// then, and the comparison allocates nothing (the steady state of every resync).
     pub fn changed_answer(&self, namespace: &str, current: Option<&[String]>) -> Option<Reachability> {
-        let namespaces = read(&self.namespaces);
+        let namespaces = self.namespaces.read();
         let empty = ProjectNamespace::default();
         let objects = namespaces.get(namespace).unwrap_or(&empty);
         let same = current.is_some_and(|c| reachable_addresses(objects).iter().eq(c.iter()));
@@ -114,17 +111,18 @@ impl ProjectIndex {
 
     /// The namespace's UID, while the project has that namespace.
     pub fn uid(&self, namespace: &str) -> Option<String> {
-        read(&self.uids).get(namespace).cloned()
+        self.uids.read().get(namespace).cloned()
     }
 
     /// Every project namespace, with its UID.
     pub fn namespaces(&self) -> Vec<(String, String)> {
-        read(&self.uids).iter().map(|(n, u)| (n.clone(), u.clone())).collect()
+        self.uids.read().iter().map(|(n, u)| (n.clone(), u.clone())).collect()
     }
 
     /// How many objects of the four namespaced kinds the index holds.
     pub fn len(&self) -> usize {
-        read(&self.namespaces)
+        self.namespaces
+            .read()
             .values()
             .map(|n| n.proxies.len() + n.services.len() + n.interfaces.len() + n.slices.len())
             .sum()
@@ -133,14 +131,6 @@ impl ProjectIndex {
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
-}
-
-fn read<T>(lock: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
-    lock.read().unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
-fn write<T>(lock: &RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
-    lock.write().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// A kind the index keeps per namespace.
@@ -194,7 +184,7 @@ impl KindWriter {
     fn unsync(&mut self, slot: usize, error: &watcher::Error, kind: &str) {
         self.index.synced[slot].store(false, Ordering::Release);
         self.index.unsyncs.fetch_add(1, Ordering::AcqRel);
-        *self.index.whole_since() = None;
+        *self.index.whole_since.lock() = None;
         tracing::warn!(%error, kind, "project watch failed; no writes for this project until it is listed again");
     }
 }
@@ -207,7 +197,7 @@ fn key<K: kube::Resource>(object: &K) -> (String, String) {
 impl KindWriter {
     /// The objects of kind `slot` that cannot be decoded are `bad` from now on.
     fn replace_undecodable(&self, slot: usize, bad: Vec<InvalidObject>) {
-        let mut undecodable = write(&self.index.undecodable);
+        let mut undecodable = self.index.undecodable.write();
         for names in undecodable.values_mut() {
             names.retain(|(s, _)| *s != slot);
         }
@@ -220,7 +210,7 @@ impl KindWriter {
 
     /// One object of kind `slot` cannot be decoded now (`bad`), or is gone or decodes again.
     fn set_undecodable(&self, slot: usize, ns: &str, name: &str, bad: bool) {
-        let mut undecodable = write(&self.index.undecodable);
+        let mut undecodable = self.index.undecodable.write();
         if bad {
             undecodable.entry(ns.to_owned()).or_default().insert((slot, name.to_owned()));
         } else if let Some(names) = undecodable.get_mut(ns) {
@@ -237,7 +227,7 @@ impl<K: Indexed> SnapshotSink<K> for KindWriter {
         // Unreadable first: a namespace is never answered without its undecodable object known.
         self.replace_undecodable(K::SLOT, bad);
         {
-            let mut namespaces = write(&self.index.namespaces);
+            let mut namespaces = self.index.namespaces.write();
             for ns in namespaces.values_mut() {
                 K::map(ns).clear();
             }
@@ -253,13 +243,13 @@ impl<K: Indexed> SnapshotSink<K> for KindWriter {
     fn applied(&mut self, object: K) {
         let (ns, name) = key(&object);
         self.set_undecodable(K::SLOT, &ns, &name, false);
-        K::map(write(&self.index.namespaces).entry(ns.clone()).or_default()).insert(name, object);
+        K::map(self.index.namespaces.write().entry(ns.clone()).or_default()).insert(name, object);
         let _ = self.changes.send(Change::Namespace(ns));
     }
 
     fn deleted(&mut self, object: K) {
         let (ns, name) = key(&object);
-        if let Some(objects) = write(&self.index.namespaces).get_mut(&ns) {
+        if let Some(objects) = self.index.namespaces.write().get_mut(&ns) {
             K::map(objects).remove(&name);
         }
         self.set_undecodable(K::SLOT, &ns, &name, false);
@@ -274,7 +264,7 @@ impl<K: Indexed> SnapshotSink<K> for KindWriter {
         let meta = &object.metadata;
         let (ns, name) = (meta.namespace.clone().unwrap_or_default(), meta.name.clone().unwrap_or_default());
         self.set_undecodable(K::SLOT, &ns, &name, !gone);
-        if gone && let Some(objects) = write(&self.index.namespaces).get_mut(&ns) {
+        if gone && let Some(objects) = self.index.namespaces.write().get_mut(&ns) {
             K::map(objects).remove(&name);
         }
         let _ = self.changes.send(Change::Namespace(ns));
@@ -283,22 +273,22 @@ impl<K: Indexed> SnapshotSink<K> for KindWriter {
 
 impl SnapshotSink<NamespaceMeta> for KindWriter {
     fn replace(&mut self, list: Vec<NamespaceMeta>, _undecodable: Vec<InvalidObject>) {
-        *write(&self.index.uids) = list.iter().filter_map(name_and_uid).collect();
+        *self.index.uids.write() = list.iter().filter_map(name_and_uid).collect();
         self.index.listed(NAMESPACE_SLOT);
         let _ = self.changes.send(Change::All);
     }
 
     fn applied(&mut self, object: NamespaceMeta) {
         if let Some((name, uid)) = name_and_uid(&object) {
-            write(&self.index.uids).insert(name.clone(), uid);
+            self.index.uids.write().insert(name.clone(), uid);
             let _ = self.changes.send(Change::Namespace(name));
         }
     }
 
     fn deleted(&mut self, object: NamespaceMeta) {
         if let Some(name) = object.metadata.name {
-            write(&self.index.uids).remove(&name);
-            write(&self.index.namespaces).remove(&name);
+            self.index.uids.write().remove(&name);
+            self.index.namespaces.write().remove(&name);
         }
     }
 

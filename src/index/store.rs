@@ -5,12 +5,13 @@
 //! [`RecordState::Unavailable`]: not knowing is not the same as there being no record.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 pub use crate::core::record::DEFAULT_RECORD_NAME;
 use crate::core::record::{Record, RecordState};
+use parking_lot::{Mutex, RwLock};
 
 /// Read side of a record source: what the webhook and the pruner consult.
 pub trait RecordSource: Send + Sync {
@@ -74,12 +75,12 @@ impl RecordStore {
 
     /// The source broke; the view is stale from now until the next [`replace_all`](Self::replace_all).
     pub fn mark_stale(&self) {
-        self.stale_since.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get_or_insert_with(Instant::now);
+        self.stale_since.lock().get_or_insert_with(Instant::now);
     }
 
     /// How long the view has been stale beyond its bound, if it has.
     fn over_staleness(&self) -> Option<Duration> {
-        let since = (*self.stale_since.lock().unwrap_or_else(std::sync::PoisonError::into_inner))?;
+        let since = (*self.stale_since.lock())?;
         let bound = self.max_staleness?;
         (since.elapsed() > bound).then(|| since.elapsed())
     }
@@ -91,8 +92,8 @@ impl RecordStore {
 
     /// Replace everything with a complete view and mark the store synced.
     pub fn replace_all(&self, records: HashMap<String, Arc<Record>>, ignored: u64) {
-        *self.write() = records;
-        *self.stale_since.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = None;
+        *self.records.write() = records;
+        *self.stale_since.lock() = None;
         self.ignored.store(ignored, Ordering::Relaxed);
         self.synced.store(true, Ordering::Release);
     }
@@ -101,12 +102,12 @@ impl RecordStore {
     /// them. Set before the list's records are swapped in: the namespace is unreadable no later
     /// than its record is gone from the view.
     pub fn replace_undecodable(&self, undecodable: HashMap<String, String>) {
-        *self.undecodable.write().unwrap_or_else(std::sync::PoisonError::into_inner) = undecodable;
+        *self.undecodable.write() = undecodable;
     }
 
     /// The namespace's record cannot be decoded now (`Some(why)`), or can again (`None`).
     pub fn set_undecodable(&self, namespace: &str, why: Option<String>) {
-        let mut undecodable = self.undecodable.write().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut undecodable = self.undecodable.write();
         match why {
             Some(why) => undecodable.insert(namespace.to_owned(), why),
             None => undecodable.remove(namespace),
@@ -115,19 +116,19 @@ impl RecordStore {
 
     /// Insert or replace one namespace's record.
     pub fn upsert(&self, namespace: &str, record: Record) {
-        self.write().insert(namespace.to_owned(), Arc::new(record));
+        self.records.write().insert(namespace.to_owned(), Arc::new(record));
     }
 
     /// The namespace's record was deleted: back to "no record", which withdraws nothing.
     pub fn remove(&self, namespace: &str) {
-        self.write().remove(namespace);
+        self.records.write().remove(namespace);
     }
 
     /// Record entries, over every record, spelled other than canonically: what the
     /// ValidatingAdmissionPolicy mode's exact-string comparison reads differently from the
     /// webhook.
     pub fn noncanonical(&self) -> usize {
-        self.read().values().map(|r| r.noncanonical()).sum()
+        self.records.read().values().map(|r| r.noncanonical()).sum()
     }
 
     /// Mark the store unsynced (its source lost its view), so lookups answer `Unavailable`.
@@ -138,16 +139,6 @@ impl RecordStore {
     /// Note a record that is ignored because of its name.
     pub fn set_ignored(&self, ignored: u64) {
         self.ignored.store(ignored, Ordering::Relaxed);
-    }
-
-    fn read(&self) -> std::sync::RwLockReadGuard<'_, HashMap<String, Arc<Record>>> {
-        // A writer never panics while holding the lock, but should one ever, the map it left is
-        // still a whole map: keep serving it rather than failing every review.
-        self.records.read().unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
-    fn write(&self) -> std::sync::RwLockWriteGuard<'_, HashMap<String, Arc<Record>>> {
-        self.records.write().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 }
 
@@ -162,10 +153,10 @@ impl RecordSource for RecordStore {
                 stale.as_secs()
             ));
         }
-        if let Some(why) = self.undecodable.read().unwrap_or_else(std::sync::PoisonError::into_inner).get(namespace) {
+        if let Some(why) = self.undecodable.read().get(namespace) {
             return RecordState::Unavailable(format!("the record in {namespace} cannot be decoded ({why})"));
         }
-        match self.read().get(namespace) {
+        match self.records.read().get(namespace) {
             Some(record) => RecordState::Present(Arc::clone(record)),
             None => RecordState::Absent,
         }
@@ -176,11 +167,11 @@ impl RecordSource for RecordStore {
     }
 
     fn namespaces(&self) -> Vec<String> {
-        self.read().keys().cloned().collect()
+        self.records.read().keys().cloned().collect()
     }
 
     fn stats(&self) -> StoreStats {
-        let records = self.read();
+        let records = self.records.read();
         StoreStats {
             records: records.len() as u64,
             addresses: records.values().map(|r| r.len() as u64).sum(),

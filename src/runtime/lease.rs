@@ -8,13 +8,14 @@
 //! duration from when they *saw* the renewal, which is later. A clean stop releases the Lease, and
 //! followers look every second, so a rolling update hands over within about a second.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use kube::Api;
 use kube::api::PostParams;
+use parking_lot::Mutex;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
@@ -120,7 +121,7 @@ impl Leadership {
     }
 
     fn deadline(&self) -> Option<Instant> {
-        *self.deadline.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+        *self.deadline.lock()
     }
 }
 
@@ -141,7 +142,7 @@ impl Grant {
 
     /// Lead until `deadline`; `None`: follow from now.
     pub fn until(&self, deadline: Option<Instant>) {
-        *self.leadership.deadline.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = deadline;
+        *self.leadership.deadline.lock() = deadline;
         self.tell();
     }
 
