@@ -233,7 +233,8 @@ async fn an_equal_record_is_not_written_and_a_missing_hub_namespace_waits() {
 /// restarting or unreadable is the same gap) served a moment ago: the first write after names it
 /// too, held like any withdrawal, or the pruner would withdraw a pod that served a moment ago
 /// sooner than `--withdraw-after` plus its grace. It leaves the record after `--withdraw-after`.
-#[tokio::test]
+/// On a paused clock: the withdrawal's wait takes no time.
+#[tokio::test(start_paused = true)]
 async fn what_served_while_nothing_could_be_written_is_named_by_the_first_write_after() {
     use edgegate::core::project::NetworkInterface;
     use edgegate::index::project::KindWriter;
@@ -257,7 +258,7 @@ async fn what_served_while_nothing_could_be_written_is_named_by_the_first_write_
     KindWriter::new(index, tx).applied(unbound);
     assert_eq!(h.producer.pass(&[Trigger::Hub(Change::All)]).await, [Written::Skipped]);
     // Leading now: fd20::1 served a moment ago, so the record names it.
-    grant.until(Some(std::time::Instant::now() + Duration::from_secs(60)));
+    grant.until(Some(edgegate::runtime::clock::now() + Duration::from_secs(60)));
     assert_eq!(h.producer.pass(&[Trigger::Hub(Change::All)]).await, [Written::Applied]);
     let written = |h: &Harness| -> Vec<Value> {
         let log = h.hub_log.lock().expect("log");

@@ -355,7 +355,8 @@ async fn a_conflict_is_absorbed() {
     assert!(h.seen("POST", "/apis/events.k8s.io/").is_empty(), "no event for a copy not deleted");
 }
 
-/// A pruner whose caches are filled by hand, for single passes.
+/// A pruner whose caches are filled by hand, for single passes. The tests of its timing rules
+/// (grace, pace, the producer's word) run on a paused clock: time moves only when they say.
 fn pruner_with(records: Vec<Value>, copies: Vec<Value>, pace: Duration) -> (Pruner, Log, Arc<RecordStore>) {
     held_pruner(records, copies, pace, Duration::ZERO)
 }
@@ -428,12 +429,12 @@ async fn a_record_that_gains_the_address_before_the_pass_deletes_nothing() {
     assert!(log.lock().expect("log").is_empty(), "no request at all");
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_large_withdrawal_is_paced_and_complete() {
     let copies: Vec<Value> =
         (0..20).map(|i| copy("ns-a", &format!("web-{i:02}"), &[&format!("fd00::{i:x}")])).collect();
     let (pruner, log, _) = pruner_with(vec![record("ns-a", &[])], copies, Duration::from_millis(20));
-    let started = std::time::Instant::now();
+    let started = tokio::time::Instant::now();
     let outcomes = pruner.pass(&Scope::Namespace("ns-a".into())).await;
     let took = started.elapsed();
     assert_eq!(outcomes, vec![Outcome::Deleted; 20], "none dropped");
@@ -442,7 +443,7 @@ async fn a_large_withdrawal_is_paced_and_complete() {
     assert_eq!(deletes, 20);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn the_pace_holds_across_passes() {
     // Two namespaces withdrawn at once: one pass each, one pace for both (it used to start afresh
     // in every pass, so the first deletion of each namespace went out at once).
@@ -450,7 +451,7 @@ async fn the_pace_holds_across_passes() {
     let records = vec![record("ns-a", &[]), record("ns-b", &[])];
     let copies = vec![copy("ns-a", "a", &["fd00::a"]), copy("ns-b", "b", &["fd00::b"])];
     let (pruner, log, _) = pruner_with(records, copies, pace);
-    let started = Instant::now();
+    let started = tokio::time::Instant::now();
     assert_eq!(pruner.pass(&Scope::Namespace("ns-a".into())).await, [Outcome::Deleted]);
     assert_eq!(pruner.pass(&Scope::Namespace("ns-b".into())).await, [Outcome::Deleted]);
     let took = started.elapsed();
@@ -459,13 +460,13 @@ async fn the_pace_holds_across_passes() {
     assert_eq!(log.lock().expect("log").iter().filter(|s| s.method == "DELETE").count(), 2);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_record_that_regains_the_address_between_plan_and_delete_keeps_the_copy() {
     // The second deletion waits its turn; meanwhile the record names its address again.
     let copies = vec![copy("ns-a", "web-0", &["fd00::10"]), copy("ns-a", "web-1", &["fd00::11"])];
     let (pruner, log, store) = pruner_with(vec![record("ns-a", &[])], copies, Duration::from_millis(300));
     let pass = tokio::spawn(async move { pruner.pass(&Scope::Namespace("ns-a".into())).await });
-    let started = Instant::now();
+    let started = tokio::time::Instant::now();
     while !log.lock().expect("log").iter().any(|s| s.method == "DELETE") {
         assert!(started.elapsed() < Duration::from_secs(5), "no first DELETE");
         tokio::time::sleep(Duration::from_millis(5)).await;
@@ -479,7 +480,7 @@ async fn a_record_that_regains_the_address_between_plan_and_delete_keeps_the_cop
     assert!(deletes[0].contains("/web-0"), "{deletes:?}");
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_copy_is_deleted_only_once_unnamed_for_the_whole_grace() {
     let grace = Duration::from_millis(400);
     let copies = vec![copy("ns-a", "web", &["fd00::9"])];
@@ -528,7 +529,7 @@ async fn a_held_copy_brings_its_namespace_round_again_when_its_grace_ends() {
     assert_eq!(pruner.pass(&ns).await, [Outcome::Deleted]);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_record_that_names_the_copy_for_a_moment_while_its_deletion_waits_restarts_the_grace() {
     // Both copies are due; the second waits 400 ms for its turn, and meanwhile the record names
     // its address and drops it again. The watch shows that moment to the grace: kept.
@@ -540,7 +541,7 @@ async fn a_record_that_names_the_copy_for_a_moment_while_its_deletion_waits_rest
     assert!(pruner.pass(&ns).await.is_empty(), "held");
     tokio::time::sleep(grace).await;
     let pass = tokio::spawn(async move { pruner.pass(&Scope::Namespace("ns-a".into())).await });
-    let started = Instant::now();
+    let started = tokio::time::Instant::now();
     while !log.lock().expect("log").iter().any(|s| s.method == "DELETE") {
         assert!(started.elapsed() < Duration::from_secs(5), "no first DELETE");
         tokio::time::sleep(Duration::from_millis(5)).await;
@@ -555,7 +556,7 @@ async fn a_record_that_names_the_copy_for_a_moment_while_its_deletion_waits_rest
 /// the record, read once more, still names none of its addresses. Every request is answered as
 /// the API server answers the shipped RBAC (403 outside it). Failed on the old rules: the read
 /// before the DELETE was forbidden (no `get` on records), so every due copy was kept for ever.
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn with_the_producers_word_a_due_copy_is_deleted_within_the_shipped_rbac() {
     let grace = Duration::from_millis(50);
     let copies = vec![copy("ns-a", "web", &["fd00::9"])];
@@ -567,7 +568,7 @@ async fn with_the_producers_word_a_due_copy_is_deleted_within_the_shipped_rbac()
     assert!(pruner.pass(&ns).await.is_empty(), "held: the grace has just begun");
     tokio::time::sleep(grace).await;
     assert_eq!(pruner.pass(&ns).await, [Outcome::Skipped], "due: waits for the producer's word");
-    let started = Instant::now();
+    let started = tokio::time::Instant::now();
     let woken = tokio::time::timeout(Duration::from_secs(10), again.recv()).await.expect("the word within 10 s");
     println!("the word stood {:?} after the copy fell due", started.elapsed());
     assert_eq!(woken, Some(edgegate::index::Change::Namespace("ns-a".into())));

@@ -13,6 +13,7 @@ use edgegate::core::unwritten::Unwritten;
 use edgegate::index::Change;
 use edgegate::index::hub::HubView;
 use edgegate::index::project::ProjectIndex;
+use edgegate::runtime::clock;
 use edgegate::runtime::lease::Leadership;
 use edgegate::runtime::wakeups::{Later, Wakeup, Wakeups};
 use kube::api::{Patch, PatchParams};
@@ -132,7 +133,7 @@ impl Producer {
                 // The project is seen, only nothing can be written: what serves meanwhile is
                 // named by the first write after, even if it has stopped serving by then.
                 let answer = index.reachable(namespace).addresses;
-                self.unwritten.lock().observe(&hub_ns, &answer, Instant::now());
+                self.unwritten.lock().observe(&hub_ns, &answer, clock::now());
             }
             return Written::Skipped;
         }
@@ -330,9 +331,7 @@ impl Producer {
                 return Vec::new();
             }
             let observed =
-                hold.observe(Instant::now(), lacking.into_iter().map(|a| (hub_ns.to_owned(), a)), |(ns, _)| {
-                    ns == hub_ns
-                });
+                hold.observe(clock::now(), lacking.into_iter().map(|a| (hub_ns.to_owned(), a)), |(ns, _)| ns == hub_ns);
             let next_due = observed.held.iter().filter_map(|key| hold.due_at(key)).min();
             (observed, next_due)
         };
@@ -429,7 +428,7 @@ impl Producer {
         if outcomes.iter().any(|w| matches!(w, Written::Error)) {
             self.current.lock().current = None;
             if let Some(again) = &self.again {
-                again.at(Trigger::Hub(Change::All), Instant::now() + RETRY_AFTER_ERROR);
+                again.at(Trigger::Hub(Change::All), clock::now() + RETRY_AFTER_ERROR);
             }
         } else if triggers.contains(&Trigger::Hub(Change::All)) {
             let mut word = self.current.lock();

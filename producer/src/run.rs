@@ -14,6 +14,7 @@ use edgegate::index::hub::{HubView, HubWriter};
 use edgegate::index::project::{KindWriter, ProjectIndex};
 use edgegate::index::source::follow::{WatchSink, Whole, follow};
 use edgegate::runtime::admin::Probes;
+use edgegate::runtime::clock;
 use edgegate::runtime::controller::Controller;
 use edgegate::runtime::lease::{Leadership, Word};
 use edgegate::runtime::supervise::essential;
@@ -110,9 +111,9 @@ fn word(
     let last_write = Mutex::new(None::<std::time::Instant>);
     // Since when the Lease has been written without a gap: a paused process replays its events
     // in a burst, and what was added and removed within it no answer saw.
-    let attentive_since = Mutex::new(std::time::Instant::now());
+    let attentive_since = Mutex::new(clock::now());
     Word(Arc::new(move || {
-        let now = std::time::Instant::now();
+        let now = clock::now();
         let gap = last_write.lock().replace(now).map(|last| now.saturating_duration_since(last));
         if gap.is_none_or(|gap| gap > 2 * renew_every + std::time::Duration::from_secs(1)) {
             *current.lock() = WordState::default();

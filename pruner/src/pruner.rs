@@ -13,6 +13,7 @@ use edgegate::core::record::{Record, RecordState};
 use edgegate::index::Change;
 use edgegate::index::copies::CopyIndex;
 use edgegate::index::prune::plan;
+use edgegate::runtime::clock;
 use edgegate::runtime::lease::Leadership;
 use edgegate::runtime::wakeups::{Later, Wakeup, Wakeups};
 use edgegate::{CopySelector, EdgeReachability, RecordSource, RecordStore, Slice};
@@ -67,7 +68,7 @@ impl Pacer {
         }
         let at = {
             let mut next = self.next.lock();
-            let now = Instant::now();
+            let now = clock::now();
             let at = next.map_or(now, |next| next.max(now));
             *next = Some(at + self.pace);
             at
@@ -219,7 +220,7 @@ impl Pruner {
         };
         let (observed, next_due) = {
             let mut grace = self.grace.lock();
-            let observed = grace.observe(Instant::now(), planned.iter().map(key), in_scope);
+            let observed = grace.observe(clock::now(), planned.iter().map(key), in_scope);
             let next_due = first_due_by_namespace(&grace, &observed.held);
             (observed, next_due)
         };
@@ -252,14 +253,14 @@ impl Pruner {
         let key = (planned.namespace.clone(), planned.name.clone(), planned.uid.clone());
         let due_at = {
             let grace = self.grace.lock();
-            if !grace.is_due(&key, Instant::now()) {
+            if !grace.is_due(&key, clock::now()) {
                 tracing::info!(namespace = %planned.namespace, name = %planned.name, "record named the copy again meanwhile; kept");
                 return None;
             }
             grace.due_at(&key)
         };
         if let Some(word) = &self.word
-            && !due_at.is_some_and(|due| word.given_since(due, Instant::now()))
+            && !due_at.is_some_and(|due| word.given_since(due, clock::now()))
         {
             if word.wait(&planned.namespace) {
                 tracing::info!(namespace = %planned.namespace, name = %planned.name, "due; waiting for the producer to say its records are current");

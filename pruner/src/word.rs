@@ -19,6 +19,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use edgegate::index::Change;
+use edgegate::runtime::clock;
 use edgegate::runtime::lease::{word_complete_for, word_given};
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::Api;
@@ -89,7 +90,7 @@ impl ProducerWord {
     /// the namespace over again. True when the namespace was not waiting already.
     pub fn wait(self: &Arc<Self>, namespace: &str) -> bool {
         let mut state = self.state.lock();
-        let now = Instant::now();
+        let now = clock::now();
         state.last_wait = Some(now);
         state.held_since.get_or_insert(now);
         let first = state.waiting.insert(namespace.to_owned());
@@ -102,16 +103,16 @@ impl ProducerWord {
 
     /// How long deletions have waited without the word standing; zero when none waits.
     pub fn held_for(&self) -> Duration {
-        self.state.lock().held_since.map(|since| since.elapsed()).unwrap_or_default()
+        self.state.lock().held_since.map(clock::since).unwrap_or_default()
     }
 
     /// Read the Lease every [`POLL`] while anything waits (and [`LINGER`] after); each time the
     /// word stands, pass the waiting namespaces over again (each judges its own copies' times).
     async fn poll(self: Arc<Self>) {
         loop {
-            let sent = Instant::now();
+            let sent = clock::now();
             let read = match self.lease.get_opt(&self.name).await {
-                Ok(lease) => Some(read(sent, Instant::now(), lease.as_ref())),
+                Ok(lease) => Some(read(sent, clock::now(), lease.as_ref())),
                 Err(error) => {
                     tracing::warn!(lease = %self.name, %error, "reading the producer's Lease failed; deletions wait");
                     None
@@ -130,7 +131,7 @@ impl ProducerWord {
                     .reads
                     .iter()
                     .find(|r| state.held_since.is_some_and(|h| r.sent >= h))
-                    .is_some_and(|first| given_since(&state.reads, first.sent, Instant::now(), self.grace));
+                    .is_some_and(|first| given_since(&state.reads, first.sent, clock::now(), self.grace));
                 if stands {
                     state.held_since = None;
                     std::mem::take(&mut state.waiting).into_iter().collect()
@@ -143,7 +144,7 @@ impl ProducerWord {
             }
             tokio::time::sleep(POLL).await;
             let mut state = self.state.lock();
-            if state.waiting.is_empty() && state.last_wait.is_none_or(|at| at.elapsed() > LINGER) {
+            if state.waiting.is_empty() && state.last_wait.is_none_or(|at| clock::since(at) > LINGER) {
                 state.polling = false;
                 state.held_since = None;
                 return;

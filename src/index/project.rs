@@ -73,7 +73,7 @@ impl ProjectIndex {
         self.synced[slot].store(true, Ordering::Release);
         let mut since = self.whole_since.lock();
         if self.synced() && since.is_none() {
-            *since = Some(Instant::now());
+            *since = Some(crate::runtime::clock::now());
         }
     }
 

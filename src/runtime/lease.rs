@@ -112,7 +112,7 @@ impl Leadership {
 
     /// True until the deadline the last renewal set.
     pub fn is_leader(&self) -> bool {
-        self.always || self.deadline().is_some_and(|d| Instant::now() < d)
+        self.always || self.deadline().is_some_and(|d| super::clock::now() < d)
     }
 
     /// Told `true` when this replica takes the Lease and `false` when it steps down.
@@ -191,7 +191,7 @@ struct Elector {
 impl Elector {
     async fn run(mut self, shutdown: CancellationToken) {
         loop {
-            let sent = Instant::now();
+            let sent = super::clock::now();
             let was = *self.grant.tx.borrow();
             let outcome = self.try_acquire_or_renew(sent).await;
             self.grant.tell(); // a deadline that passed while the request ran
@@ -251,12 +251,12 @@ impl Elector {
         let first_seen = match &self.observed {
             Some((seen, at)) if *seen == version => *at,
             _ => {
-                self.observed = Some((version, Instant::now()));
+                self.observed = Some((version, super::clock::now()));
                 return false;
             }
         };
         let duration = Duration::from_secs(u64::try_from(spec.lease_duration_seconds.unwrap_or(0)).unwrap_or(0));
-        first_seen.elapsed() > duration
+        super::clock::since(first_seen) > duration
     }
 
     /// A create or replace answered: on success this replica leads until `sent` + duration −
@@ -368,6 +368,22 @@ mod tests {
                 ..LeaseSpec::default()
             }),
         }
+    }
+
+    /// A deadline passes by itself: no renewal, no leading, whatever the elector is doing (a
+    /// paused process, a renewal stuck on a dead connection). On a paused clock: no sleeping.
+    #[tokio::test(start_paused = true)]
+    async fn leading_ends_at_the_deadline_without_a_renewal() {
+        let (leader, grant) = Grant::new();
+        assert!(!leader.is_leader(), "not before a grant");
+        grant.until(Some(crate::runtime::clock::now() + std::time::Duration::from_secs(10)));
+        assert!(leader.is_leader() && *leader.changes().borrow());
+        tokio::time::sleep(std::time::Duration::from_millis(9_999)).await;
+        assert!(leader.is_leader(), "still inside the deadline");
+        tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+        assert!(!leader.is_leader(), "past it");
+        assert!(grant.tell(), "and the channel is told when asked");
+        assert!(!*leader.changes().borrow());
     }
 
     #[test]

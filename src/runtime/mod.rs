@@ -4,6 +4,7 @@
 
 pub mod admin;
 pub mod client;
+pub mod clock;
 pub mod controller;
 pub mod flags;
 pub mod lease;
