@@ -147,17 +147,29 @@ async fn uninstall_keeps_the_crd_and_every_record() {
 /// ignored while unreachable. Enforcement is the second apply, made once the webhook serves.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_observe_step_refuses_nothing_before_the_webhook_serves() {
-    let cp = ControlPlane::own();
+    // Audited: each create's audit event says whether the API server called a webhook and
+    // ignored its failure (the `failed-open.*` annotations).
+    let cp = ControlPlane::own_audited();
     let client = cp.client().await;
     apply(&cp, "observe-dev", &["base"], &["components/trim", "components/dev-certs", "components/images"]);
     namespace(&client, "cell-c", &[]).await;
     set_record(&client, "cell-c", &[]).await;
-    // Wait until the API server has the configurations (it calls them: an error is logged and
-    // ignored), then write: a refusal now would be a refusal for want of a server.
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // Wait until the API server calls both configurations (and fails open on each: nothing
+    // serves), then write: a refusal now would be a refusal for want of a server.
+    let mut probe = 0;
+    let took = eventually(Duration::from_secs(30), "both webhooks called and ignored", async || {
+        probe += 1;
+        write_copy(&client, "cell-c", &format!("probe-{probe}")).await.expect("observing, nothing is refused");
+        let (validating, mutating) = failed_open(&cp, "probe-");
+        validating > 0 && mutating > 0
+    })
+    .await;
+    eprintln!("configurations in effect (called, failing open) after {took:?}");
     for i in 0..20 {
         write_copy(&client, "cell-c", &format!("c-{i}")).await.expect("observing, nothing is refused");
     }
+    let (validating, mutating) = failed_open(&cp, "c-");
+    assert_eq!((validating, mutating), (20, 20), "every create called both webhooks and ignored their failure");
     let policies = ok(
         &cp,
         &[
@@ -169,6 +181,27 @@ async fn the_observe_step_refuses_nothing_before_the_webhook_serves() {
         ],
     );
     assert_eq!(policies.split_whitespace().collect::<Vec<_>>(), ["Ignore", "Ignore"], "{policies}");
+}
+
+/// Of the copies created under names starting with `prefix`, how many the API server admitted
+/// after calling the validating and the mutating webhook and ignoring their failure (their audit
+/// events' `failed-open.*` annotations).
+fn failed_open(cp: &ControlPlane, prefix: &str) -> (usize, usize) {
+    let log = std::fs::read_to_string(cp.dir.join("audit.log")).unwrap_or_default();
+    let events: Vec<serde_json::Value> = log
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|e| e["verb"] == "create" && e["objectRef"]["resource"] == "endpointslices")
+        .filter(|e| e["objectRef"]["name"].as_str().is_some_and(|n| n.starts_with(prefix)))
+        .filter(|e| e["responseStatus"]["code"] == 201)
+        .collect();
+    let with = |key: &str| {
+        events
+            .iter()
+            .filter(|e| e["annotations"].as_object().is_some_and(|a| a.keys().any(|k| k.starts_with(key))))
+            .count()
+    };
+    (with("failed-open.validating.webhook.admission.k8s.io/"), with("failed-open.mutation.webhook.admission.k8s.io/"))
 }
 
 async fn serving_secret(client: &Client) -> Secret {
