@@ -707,7 +707,23 @@ async fn a_copy_served_again_while_the_producer_is_down_is_kept() {
     // The address is served again while nobody can tell the hub.
     proxy(project, "down-a", "web", json!([{"networkService": {"name": "web"}}])).await;
     let served_again = Instant::now();
-    tokio::time::sleep(grace + Duration::from_secs(4)).await;
+    // The state that would act: the copy is due (its grace over) and the pruner waits for the
+    // producer's word, which cannot come while the producer is down.
+    let waiting = |scrape: &str| {
+        scrape
+            .lines()
+            .find_map(|l| l.strip_prefix("edgegate_prune_waiting_for_producer_seconds "))?
+            .trim()
+            .parse::<f64>()
+            .ok()
+    };
+    let took = eventually(grace + Duration::from_secs(20), "the pruner waiting for the word", async || {
+        waiting(&metrics(pruner)).is_some_and(|s| s > 1.0)
+    })
+    .await;
+    eprintln!("pruner waiting for the producer's word {took:?} after the address served again");
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    assert!(waiting(&metrics(pruner)).is_some_and(|s| s > 4.0), "still waiting");
     assert!(
         exists(hub, hub_ns, "vm-1").await,
         "copy of an address served again deleted while the producer was down (pruner log: {})",
