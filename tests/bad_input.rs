@@ -219,3 +219,130 @@ print("%.1f" % (time.time() - start), got[:40])
     assert!(text.contains("408"), "a stalled body gets 408: {text}");
     assert_eq!(webhook.get("/healthz").0, 200);
 }
+
+/// Connections that complete the TLS handshake and then send nothing, or only the HTTP/2
+/// preface, or one request and then nothing more: the server closes every one within its bound
+/// (the first request's headers within 10 s of the handshake; an idle one after its idle period,
+/// shortened here to 3 s by a debug-only variable) instead of holding it, its file descriptor and
+/// its buffers forever. Then a review still passes.
+#[test]
+fn idle_connections_are_closed() {
+    const IDLE_SECONDS: f64 = 3.0;
+    let webhook = Webhook::start(Options {
+        env: vec![("EDGEGATE_TEST_IDLE_SECONDS", IDLE_SECONDS.to_string())],
+        ..Options::default()
+    });
+    // Python's ssl module again: `n` connections of each kind, a thread each waiting for the
+    // server to close it; one JSON line per kind: how many closed, and after how long (seconds
+    // since the handshake, or since the answer for the kinds that send a request first).
+    let client = r#"
+import json, socket, ssl, sys, threading, time
+port, ca, n, wait = int(sys.argv[1]), sys.argv[2], int(sys.argv[3]), float(sys.argv[4])
+PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+def frame(kind, flags, stream, payload):
+    return len(payload).to_bytes(3, "big") + bytes([kind, flags]) + stream.to_bytes(4, "big") + payload
+def literal(index, value):  # HPACK: literal without indexing, indexed name, raw value
+    return bytes([index, len(value)]) + value
+SETTINGS = frame(4, 0, 0, b"")
+GET = frame(1, 0x5, 1, b"\x82\x87" + literal(4, b"/healthz") + literal(1, b"localhost"))
+def connect(alpn):
+    ctx = ssl.create_default_context(cafile=ca)
+    if alpn:
+        ctx.set_alpn_protocols(alpn)
+    return ctx.wrap_socket(socket.create_connection(("127.0.0.1", port)), server_hostname="localhost")
+def h2_answered(s):
+    buf = b""
+    while True:
+        chunk = s.recv(65536)
+        if not chunk:
+            raise Exception("closed before the answer")
+        buf += chunk
+        while len(buf) >= 9:
+            length, kind, flags, stream = int.from_bytes(buf[:3], "big"), buf[3], buf[4], int.from_bytes(buf[5:9], "big")
+            if len(buf) < 9 + length:
+                break
+            buf = buf[9 + length:]
+            if stream == 1 and kind in (0, 1) and flags & 1:
+                return
+def h1_answered(s):
+    buf = b""
+    while b"\r\n\r\n" not in buf or b"ok" not in buf.split(b"\r\n\r\n", 1)[1]:
+        chunk = s.recv(65536)
+        if not chunk:
+            raise Exception("closed before the answer")
+        buf += chunk
+    if b" 200 " not in buf.split(b"\r\n", 1)[0]:
+        raise Exception("not 200: %r" % buf[:60])
+def open_one(kind):
+    if kind == "silent":
+        return connect(None)
+    if kind == "silent, ALPN h2":
+        return connect(["h2"])
+    if kind == "half the HTTP/2 preface":
+        s = connect(["h2"]); s.sendall(PREFACE[:5]); return s
+    if kind == "HTTP/2 preface and SETTINGS":
+        s = connect(["h2"]); s.sendall(PREFACE + SETTINGS); return s
+    if kind == "HTTP/2, idle after a request":
+        s = connect(["h2"]); s.sendall(PREFACE + SETTINGS + GET); h2_answered(s); return s
+    if kind == "HTTP/1.1, idle after a request":
+        s = connect(["http/1.1"]); s.sendall(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n"); h1_answered(s); return s
+closed = {}
+def watch(kind, s, since):
+    s.settimeout(wait)
+    try:
+        while s.recv(65536):
+            pass
+        closed.setdefault(kind, []).append(time.time() - since)
+    except socket.timeout:
+        pass
+    except Exception:
+        closed.setdefault(kind, []).append(time.time() - since)
+kinds = ["silent", "silent, ALPN h2", "half the HTTP/2 preface", "HTTP/2 preface and SETTINGS",
+         "HTTP/2, idle after a request", "HTTP/1.1, idle after a request"]
+threads = []
+for kind in kinds:
+    for _ in range(n):
+        s = open_one(kind)
+        t = threading.Thread(target=watch, args=(kind, s, time.time()))
+        t.start()
+        threads.append(t)
+for t in threads:
+    t.join()
+for kind in kinds:
+    times = sorted(closed.get(kind, []))
+    print(json.dumps({"kind": kind, "opened": n, "closed": len(times), "first": times[0] if times else None, "last": times[-1] if times else None}))
+"#;
+    let per_kind = 50;
+    let started = std::time::Instant::now();
+    let out = std::process::Command::new("python3")
+        .args(["-c", client, &webhook.port.to_string()])
+        .arg(&webhook.ca)
+        .args([&per_kind.to_string(), "40"])
+        .output()
+        .expect("python3");
+    assert!(out.status.success(), "client failed: {}", String::from_utf8_lossy(&out.stderr));
+    println!(
+        "{} idle connections of each kind; closed after (seconds), in {:.1?} in all:",
+        per_kind,
+        started.elapsed()
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    for line in stdout.lines() {
+        println!("  {line}");
+    }
+    for line in stdout.lines() {
+        let kind: Value = serde_json::from_str(line).expect("a JSON line");
+        let name = kind["kind"].as_str().unwrap_or_default();
+        assert_eq!(kind["closed"], kind["opened"], "{name}: still open after 40 s: {line}");
+        let (first, last) = (kind["first"].as_f64().unwrap_or(0.0), kind["last"].as_f64().unwrap_or(f64::MAX));
+        // The first request's headers are due 10 s after the handshake; an idle HTTP/2
+        // connection gets a GOAWAY after IDLE_SECONDS and 5 s to close; idle HTTP/1.1 is
+        // closed at once. A second of slack for this busy machine.
+        let bound = if name.contains("after a request") { IDLE_SECONDS + 5.0 + 1.0 } else { 10.0 + 1.0 };
+        assert!(last <= bound, "{name}: the last closed after {last:.1} s, over {bound} s: {line}");
+        let early = if name.contains("after a request") { IDLE_SECONDS - 0.5 } else { 9.0 };
+        assert!(first >= early, "{name}: closed after {first:.1} s, before its deadline: {line}");
+    }
+    let (status, body) = webhook.post("/validate", &review());
+    assert_eq!(status, 200, "a review after the idle connections: {body}");
+}

@@ -96,13 +96,17 @@ fn flood_seconds() -> Duration {
     Duration::from_secs(seconds)
 }
 
+/// One case at a time: each measures a webhook alone under its own flood. parking_lot: a case
+/// that failed (panicked holding it) does not poison the next.
+fn one_at_a_time() -> parking_lot::MutexGuard<'static, ()> {
+    static ONE_AT_A_TIME: parking_lot::Mutex<()> = parking_lot::Mutex::new(());
+    ONE_AT_A_TIME.lock()
+}
+
 /// One case: the webhook (the binary `EDGEGATE_WEBHOOK_BIN` names, else this build's) flooded as
 /// `how` says while the small client runs; the bounds asserted, the figures printed.
 fn survives(case: &str, parallel: usize, how: &[&str]) {
-    // One case at a time: each measures a webhook alone under its own flood.
-    // parking_lot: a case that failed (panicked holding it) does not poison the next.
-    static ONE_AT_A_TIME: parking_lot::Mutex<()> = parking_lot::Mutex::new(());
-    let _turn = ONE_AT_A_TIME.lock();
+    let _turn = one_at_a_time();
     let mut options = Options::default();
     if let Ok(binary) = std::env::var("EDGEGATE_WEBHOOK_BIN") {
         options.binary = Some(PathBuf::from(binary));
@@ -160,4 +164,112 @@ fn one_http2_connection_of_many_large_streams() {
 #[test]
 fn chunked_large_bodies_without_a_length() {
     survives("chunked", 96, &["--http1.1", "-H", "Expect:", "-H", "Transfer-Encoding: chunked"]);
+}
+
+/// A body the budget cannot spare is answered 429 with `Retry-After: 1`, and the client reads
+/// that answer (the API server retries it) rather than a connection reset while it still uploads
+/// (the API server does not retry a POST after a transport error). A stalled upload holds the
+/// budget for large bodies; curl then sends a whole 1 MiB body, five times over HTTP/1.1 and five
+/// over HTTP/2. Once the stalled upload finishes it is answered, and the budget is whole again.
+#[test]
+fn a_refused_upload_reads_its_429() {
+    let _turn = one_at_a_time();
+    const MIB: usize = 1024 * 1024;
+    // 8 MiB in flight: 4 MiB for small bodies, 4 MiB for large ones, the most one may send.
+    let mut webhook = Webhook::start(Options {
+        extra_args: ["--max-body-bytes", &(4 * MIB).to_string(), "--max-inflight-bytes", &(8 * MIB).to_string()]
+            .map(str::to_owned)
+            .to_vec(),
+        ..Options::default()
+    });
+    // The stalled upload: a 4 MiB review (the fixture padded with spaces) sent all but its last
+    // 100 bytes, then held until told to go on; its answer's status line printed at the end.
+    let stalled = r#"
+import socket, ssl, sys
+port, ca, path = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+body = open(path, "rb").read()
+ctx = ssl.create_default_context(cafile=ca)
+ctx.set_alpn_protocols(["http/1.1"])
+s = ctx.wrap_socket(socket.create_connection(("127.0.0.1", port)), server_hostname="localhost")
+s.sendall(b"POST /validate HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(body))
+s.sendall(body[:-100])
+print("held", flush=True)
+sys.stdin.readline()
+s.sendall(body[-100:])
+got = b""
+while b"\r\n" not in got:
+    chunk = s.recv(65536)
+    if not chunk:
+        break
+    got += chunk
+print(got.split(b"\r\n")[0].decode(errors="replace"), flush=True)
+"#;
+    let dir = webhook.dir.path().to_owned();
+    let padded = |bytes: usize| {
+        let mut text = fixture_json("copy-create.json").to_string();
+        text.push_str(&" ".repeat(bytes - text.len()));
+        text
+    };
+    let held_file = dir.join("held.json");
+    std::fs::write(&held_file, padded(4 * MIB)).expect("write");
+    let refused_file = dir.join("refused.json");
+    std::fs::write(&refused_file, padded(MIB)).expect("write");
+
+    let mut held = Command::new("python3")
+        .args(["-c", stalled, &webhook.port.to_string()])
+        .arg(&webhook.ca)
+        .arg(&held_file)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("python3");
+    let mut said = std::io::BufReader::new(held.stdout.take().expect("stdout"));
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut said, &mut line).expect("read");
+    assert_eq!(line.trim(), "held", "the stalled upload started");
+    // Its bytes are taken as the server reads them: wait until they are.
+    std::thread::sleep(Duration::from_millis(500));
+
+    let mut answers = Vec::new();
+    // Five of each: whether a reset comes before the 429 is a race.
+    for how in ["--http1.1", "--http2"].repeat(5) {
+        let out = Command::new("curl")
+            .args(["-sS", "--max-time", "10", "--cacert"])
+            .arg(&webhook.ca)
+            .args([how, "-H", "Expect:", "-H", "Content-Type: application/json", "-D", "-", "-o", "/dev/null"])
+            .arg("--data-binary")
+            .arg(format!("@{}", refused_file.display()))
+            .arg(webhook.url("/validate"))
+            .output()
+            .expect("curl runs");
+        let head = String::from_utf8_lossy(&out.stdout).to_ascii_lowercase();
+        let status = head.split_whitespace().nth(1).unwrap_or("none").to_owned();
+        println!(
+            "a 1 MiB review while the budget is held, {how}: status {status}, curl exit {:?} {}",
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+        answers.push((how, out, status, head));
+    }
+    for (how, out, status, head) in answers {
+        assert!(out.status.success(), "{how}: curl failed: {}", String::from_utf8_lossy(&out.stderr));
+        assert_eq!(status, "429", "{how}: {head}");
+        assert!(head.contains("retry-after: 1\r\n"), "{how}: {head}");
+    }
+    // Small reviews keep their own reserve meanwhile.
+    assert_eq!(webhook.post("/validate", &fixture_json("copy-create.json")).0, 200, "a small review");
+
+    let stdin = held.stdin.as_mut().expect("stdin");
+    std::io::Write::write_all(stdin, b"go\n").expect("write");
+    line.clear();
+    std::io::BufRead::read_line(&mut said, &mut line).expect("read");
+    let _ = held.wait();
+    assert!(line.contains(" 200 "), "the stalled upload, finished, is answered: {line}");
+    // The budget is whole again: the refused body passes now.
+    assert_eq!(webhook.post_file("/validate", &refused_file).0, 200, "the 1 MiB review, retried");
+    let scrape = webhook.get("/metrics").1;
+    let refusals = scrape.lines().find(|l| l.starts_with("edgegate_admission_refused_busy_total")).unwrap_or("none");
+    println!("{refusals}");
+    assert_eq!(refusals, "edgegate_admission_refused_busy_total 10", "{scrape}");
+    assert!(webhook.child.try_wait().expect("wait").is_none(), "the webhook is alive");
 }

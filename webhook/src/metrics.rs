@@ -23,6 +23,7 @@ struct ReviewLabels {
 pub struct Metrics {
     registry: Registry,
     reviews: Family<ReviewLabels, Counter>,
+    refused_busy: Counter,
     duration: Histogram,
     tls_reloads: Family<ResultLabels, Counter>,
     record_file_errors: Counter,
@@ -47,6 +48,11 @@ impl Metrics {
         let r = &mut registry;
         let reviews =
             registered(r, "admission_reviews", "AdmissionReviews answered, by operation, decision and dryRun");
+        let refused_busy = registered(
+            r,
+            "admission_refused_busy",
+            "Requests answered 429 (Retry-After: 1) because the in-flight budget (--max-inflight-bytes) could not spare their body's bytes",
+        );
         // 50 µs .. ~0.8 s: reviews are answered from memory, so the interesting range is small.
         let duration = Histogram::new(prometheus_client::metrics::histogram::exponential_buckets(0.000_05, 2.5, 12));
         r.register("admission_duration_seconds", "Time to decode, judge and encode one review", duration.clone());
@@ -75,6 +81,7 @@ impl Metrics {
         Metrics {
             registry,
             reviews,
+            refused_busy,
             duration,
             tls_reloads,
             record_file_errors,
@@ -96,6 +103,11 @@ impl Metrics {
         let dry_run = if dry_run { "true" } else { "false" };
         self.reviews.get_or_create(&ReviewLabels { operation, decision, dry_run }).inc();
         self.duration.observe(took.as_secs_f64());
+    }
+
+    /// A request refused 429: the in-flight budget could not spare its body's bytes.
+    pub fn refused_busy(&self) {
+        self.refused_busy.inc();
     }
 
     pub fn tls_reload(&self, result: &'static str) {

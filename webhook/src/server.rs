@@ -1,7 +1,7 @@
 //! HTTP routes and the TLS listener. Thin on purpose: bytes in, [`Admission`] decides, bytes out.
 
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::Router;
@@ -10,22 +10,66 @@ use axum::extract::{DefaultBodyLimit, Request, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
-use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
+use tokio::time::Instant;
 use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::admission::{Admission, Endpoint};
 use crate::inflight::{InFlight, Taken};
+use crate::metrics::Metrics;
 
 /// A TLS handshake, a request's headers or a request's body that has not arrived by then is
-/// dropped: a slow or stalled client (slowloris) holds a connection for at most this long.
+/// dropped: a slow or stalled client (slowloris) holds a connection for at most this long. The
+/// first request's headers are due HEADER_TIMEOUT after the handshake (see [`serve_connection`]);
+/// on HTTP/1.1 hyper also restarts its header timer whenever a kept-alive connection goes idle,
+/// so one is closed HEADER_TIMEOUT after its last answer.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
 const BODY_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// An HTTP/2 connection with no request in flight for this long is told to go away (GOAWAY).
+/// Longer than the API server's own idle limit on purpose: its webhook client (client-go's
+/// transport, `utilnet.SetTransportDefaults`) keeps Go's `http.DefaultTransport` value for
+/// `IdleConnTimeout`, 90 s, so the client, which knows when it will send next, retires its idle
+/// connections first and never races our GOAWAY. What this catches is a peer that never does.
+const IDLE_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// After a GOAWAY, how long an idle connection has to close before it is dropped: a client
+/// answers the GOAWAY's ping in a round trip; a silent one never does.
+const CLOSE_GRACE: Duration = Duration::from_secs(5);
+
+/// HTTP/2 pings that find a dead peer: one after this long without a frame from it, and the
+/// connection closed if it is not answered within the timeout. (The API server pings too, after
+/// 30 s without a frame, and gives up after 15 s.)
+const H2_KEEP_ALIVE_INTERVAL: Duration = Duration::from_secs(30);
+const H2_KEEP_ALIVE_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// Shortens IDLE_TIMEOUT to this many seconds, for the tests. Debug builds only: a release binary
+/// never reads the variable.
+#[cfg(debug_assertions)]
+const TEST_IDLE_SECONDS: &str = "EDGEGATE_TEST_IDLE_SECONDS";
+
+fn idle_timeout() -> Duration {
+    #[cfg(debug_assertions)]
+    if let Some(idle) = std::env::var(TEST_IDLE_SECONDS)
+        .ok()
+        .and_then(|s| s.parse::<f64>().ok())
+        .and_then(|s| Duration::try_from_secs_f64(s).ok())
+    {
+        return idle;
+    }
+    IDLE_TIMEOUT
+}
+
+/// A refused request's body is read and dropped for at most this long, and this many bytes,
+/// before it is answered (see [`drain`]).
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
+const DRAIN_LIMIT: usize = 64 * 1024 * 1024;
 
 /// The routes served over TLS: admission, `extra` (nothing in the shipped server; the load
 /// measurements add their ceiling routes), and the probes and metrics every binary serves.
@@ -78,18 +122,23 @@ fn check_headers(headers: &HeaderMap) -> Result<(), (StatusCode, String)> {
 }
 
 /// The body, at most `limit` bytes (413 beyond), within BODY_TIMEOUT (408 after), its bytes
-/// taken from `in_flight` before they are read (429 when it cannot spare them: see
-/// [`crate::inflight`]). A body over `limit` is read and dropped up to DRAIN_LIMIT more, so that
-/// the client reads the 413 rather than a reset stream; one announced larger than that is refused
-/// without reading any of it.
+/// taken from `in_flight` as they arrive (429 when it cannot spare them: see
+/// [`crate::inflight`]). A body refused 413 or 429 gives back what it took, and the rest of it is
+/// drained (see [`drain`]) before the answer; one announced larger than `limit` takes nothing,
+/// and one announced larger than DRAIN_LIMIT more is refused without reading any of it.
 async fn read_body(
     headers: &HeaderMap,
     body: axum::body::Body,
     limit: usize,
     in_flight: &InFlight,
+    metrics: &Metrics,
 ) -> Result<(Bytes, Taken), Response> {
     use http_body_util::BodyExt;
-    const DRAIN_LIMIT: usize = 64 * 1024 * 1024;
+    enum Stop {
+        Busy { seen: usize },
+        TooLarge,
+        Failed(String),
+    }
     let too_large = || error(StatusCode::PAYLOAD_TOO_LARGE, format!("body over {limit} bytes (--max-body-bytes)"));
     let announced = headers
         .get(header::CONTENT_LENGTH)
@@ -99,30 +148,74 @@ async fn read_body(
     if announced.is_some_and(|n| n > limit.saturating_add(DRAIN_LIMIT)) {
         return Err(too_large());
     }
-    let read = async move {
-        let mut body = body;
+    if announced.is_some_and(|n| n > limit) {
+        drain(body).await;
+        return Err(too_large());
+    }
+    let mut body = body;
+    let read = async {
         // Bytes are taken as they arrive: a request that announces much and sends little holds
         // only what it sent. The announced length only says which pool they come from.
         let (mut kept, mut seen, mut taken) = (Vec::new(), 0usize, Taken::default());
         while let Some(frame) = body.frame().await {
-            let frame = frame.map_err(|e| error(StatusCode::BAD_REQUEST, format!("reading the body failed: {e}")))?;
+            let frame = frame.map_err(|e| Stop::Failed(e.to_string()))?;
             let Ok(data) = frame.into_data() else { continue };
             seen = seen.saturating_add(data.len());
-            if seen <= limit {
-                if !in_flight.cover(&mut taken, seen, announced) {
-                    return Err(busy());
-                }
-                kept.extend_from_slice(&data);
-            } else if seen > limit.saturating_add(DRAIN_LIMIT) {
-                break;
+            if seen > limit {
+                return Err(Stop::TooLarge);
             }
+            if !in_flight.cover(&mut taken, seen, announced) {
+                return Err(Stop::Busy { seen });
+            }
+            kept.extend_from_slice(&data);
         }
-        if seen > limit { Err(too_large()) } else { Ok((Bytes::from(kept), taken)) }
+        Ok((Bytes::from(kept), taken))
     };
-    match tokio::time::timeout(BODY_TIMEOUT, read).await {
-        Ok(result) => result,
+    // What was kept and taken is dropped with `read`, before any drain.
+    let outcome = tokio::time::timeout(BODY_TIMEOUT, read).await;
+    match outcome {
+        Ok(Ok(read)) => Ok(read),
+        Ok(Err(Stop::Busy { seen })) => {
+            metrics.refused_busy();
+            tracing::debug!(seen, announced, "429: the in-flight budget cannot spare this body's bytes now");
+            drain(body).await;
+            Err(busy())
+        }
+        Ok(Err(Stop::TooLarge)) => {
+            drain(body).await;
+            Err(too_large())
+        }
+        Ok(Err(Stop::Failed(e))) => Err(error(StatusCode::BAD_REQUEST, format!("reading the body failed: {e}"))),
         Err(_) => Err(error(StatusCode::REQUEST_TIMEOUT, format!("body not received within {BODY_TIMEOUT:?}"))),
     }
+}
+
+/// Read the rest of a body and drop it as it arrives (nothing kept, nothing taken from the
+/// budget), for at most DRAIN_TIMEOUT and DRAIN_LIMIT bytes, before answering a request refused
+/// without its body. Answered with its body unread, an HTTP/1.1 request is followed by a close
+/// with unread data, and an HTTP/2 stream by a reset: a client still uploading then sees a reset
+/// connection or stream instead of the answer (curl: "Send failure: Broken pipe", "Stream error
+/// in the HTTP/2 framing layer"), and the API server does not retry a POST after a transport
+/// error the way it retries a 429.
+async fn drain(body: axum::body::Body) {
+    use http_body_util::BodyExt;
+    use hyper::body::Body as _;
+    if body.size_hint().lower() > DRAIN_LIMIT as u64 {
+        return;
+    }
+    let read = async move {
+        let mut body = body;
+        let mut seen = 0usize;
+        while let Some(Ok(frame)) = body.frame().await {
+            if let Ok(data) = frame.into_data() {
+                seen = seen.saturating_add(data.len());
+                if seen > DRAIN_LIMIT {
+                    break;
+                }
+            }
+        }
+    };
+    let _ = tokio::time::timeout(DRAIN_TIMEOUT, read).await;
 }
 
 /// 429 with `Retry-After: 1`: the budget of bodies in flight cannot spare this one's bytes now.
@@ -138,13 +231,11 @@ fn busy() -> Response {
 async fn answer(admission: &Admission, limit: &BodyLimit, request: Request, endpoint: Endpoint) -> Response {
     let (parts, body) = request.into_parts();
     if let Err((status, why)) = check_headers(&parts.headers) {
-        // Read (and drop) the body first, within the same bounds: answering before it is read
-        // resets the unread stream on HTTP/2, and the client would see a framing error, not why.
-        let _ = read_body(&parts.headers, body, limit.0, &limit.1).await;
+        drain(body).await;
         return error(status, why);
     }
     // Held until the answer is built: decoding is where a body costs most.
-    let (body, _taken) = match read_body(&parts.headers, body, limit.0, &limit.1).await {
+    let (body, _taken) = match read_body(&parts.headers, body, limit.0, &limit.1, &admission.metrics).await {
         Ok(read) => read,
         Err(refusal) => return refusal,
     };
@@ -167,10 +258,7 @@ fn error(status: StatusCode, message: String) -> Response {
 }
 
 async fn not_found(request: Request) -> Response {
-    // Drain a small body first, for the reason given in `answer` (it is dropped as it is read:
-    // nothing is held, so it takes nothing from the budget).
-    let (parts, body) = request.into_parts();
-    let _ = read_body(&parts.headers, body, 0, &InFlight::new(0)).await;
+    drain(request.into_body()).await;
     error(
         StatusCode::NOT_FOUND,
         "no such endpoint; POST /validate or /mutate, GET /healthz, /readyz or /metrics".to_owned(),
@@ -202,10 +290,14 @@ pub async fn serve_tls(
 ) {
     let acceptor = TlsAcceptor::from(tls);
     let connections = TaskTracker::new();
+    let idle = idle_timeout();
     let mut builder = auto::Builder::new(TokioExecutor::new());
-    builder.http1().timer(hyper_util::rt::TokioTimer::new()).header_read_timeout(HEADER_TIMEOUT);
+    builder.http1().timer(TokioTimer::new()).header_read_timeout(HEADER_TIMEOUT);
     builder
         .http2()
+        .timer(TokioTimer::new())
+        .keep_alive_interval(H2_KEEP_ALIVE_INTERVAL)
+        .keep_alive_timeout(H2_KEEP_ALIVE_TIMEOUT)
         .max_concurrent_streams(MAX_STREAMS_PER_CONNECTION)
         .initial_connection_window_size(H2_CONNECTION_WINDOW)
         .initial_stream_window_size(H2_STREAM_WINDOW);
@@ -223,7 +315,15 @@ pub async fn serve_tls(
             },
         };
         let service = TowerToHyperService::new(app.clone());
-        connections.spawn(serve_connection(acceptor.clone(), tcp, peer, builder.clone(), service, shutdown.clone()));
+        connections.spawn(serve_connection(
+            acceptor.clone(),
+            tcp,
+            peer,
+            builder.clone(),
+            service,
+            shutdown.clone(),
+            idle,
+        ));
     }
     drop(listener);
     connections.close();
@@ -233,12 +333,20 @@ pub async fn serve_tls(
     }
 }
 
-/// One connection: the TLS handshake, then HTTP until the client is done or `shutdown`.
+/// One connection: the TLS handshake, then HTTP until the client is done, `shutdown`, or it has
+/// been idle too long.
 ///
 /// At shutdown the connection is polled once more before it is told to finish (`biased`), so a
 /// request whose bytes had already arrived is read, and then answered. Told first, hyper closes
 /// a connection it has read nothing from yet, and the client that sent a review before the
 /// SIGTERM would see its connection reset instead of an answer.
+///
+/// Idle deadlines, which hyper does not keep itself: after the handshake, hyper-util reads the
+/// protocol preface without a timer, HTTP/1.1's header timer starts only once that is read, and
+/// HTTP/2 has no idle timeout at all. So a connection whose first request's headers have not all
+/// arrived HEADER_TIMEOUT after the handshake is dropped (nothing was asked of it: there is no
+/// one to tell), and one that has had no request in flight for `idle` is shut down gracefully
+/// (HTTP/2: GOAWAY; HTTP/1.1: closed) and dropped if it has not closed CLOSE_GRACE later.
 async fn serve_connection(
     acceptor: TlsAcceptor,
     tcp: tokio::net::TcpStream,
@@ -246,23 +354,139 @@ async fn serve_connection(
     builder: auto::Builder<TokioExecutor>,
     service: TowerToHyperService<Router>,
     shutdown: CancellationToken,
+    idle: Duration,
 ) {
     let tls = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
         Ok(Ok(tls)) => tls,
         Ok(Err(e)) => return tracing::debug!(%peer, error = %e, "TLS handshake failed"),
         Err(_) => return tracing::debug!(%peer, "TLS handshake timed out"),
     };
+    let activity = Arc::new(Activity::default());
+    let service = Tracked { inner: service, activity: Arc::clone(&activity) };
     let conn = builder.serve_connection_with_upgrades(TokioIo::new(tls), service);
     tokio::pin!(conn);
-    let result = tokio::select! {
-        biased;
-        result = conn.as_mut() => result,
-        () = shutdown.cancelled() => {
-            conn.as_mut().graceful_shutdown();
-            conn.await
+    let mut closing: Option<Instant> = None;
+    // When to look next: never later than `idle` after a request may have ended.
+    let mut check = Instant::now() + HEADER_TIMEOUT.min(idle);
+    let result = loop {
+        tokio::select! {
+            biased;
+            result = conn.as_mut() => break result,
+            () = shutdown.cancelled() => {
+                conn.as_mut().graceful_shutdown();
+                break conn.as_mut().await;
+            }
+            () = tokio::time::sleep_until(check) => {
+                let now = Instant::now();
+                let Some((since, served)) = activity.quiet() else {
+                    // A request in flight: look again soon after it ends.
+                    check = now + Duration::from_secs(1);
+                    continue;
+                };
+                if served == 0 {
+                    // `since` is the handshake.
+                    if since + HEADER_TIMEOUT > now {
+                        check = (since + HEADER_TIMEOUT).min(now + idle);
+                        continue;
+                    }
+                    tracing::debug!(%peer, "no request within {HEADER_TIMEOUT:?} of the handshake; closing");
+                    break Ok(());
+                }
+                match closing {
+                    None if since + idle > now => check = since + idle,
+                    None => {
+                        tracing::debug!(%peer, served, "idle for {idle:?}; closing");
+                        conn.as_mut().graceful_shutdown();
+                        closing = Some(now);
+                        check = now + CLOSE_GRACE;
+                    }
+                    Some(told) => {
+                        let until = told.max(since) + CLOSE_GRACE;
+                        if until > now {
+                            check = until;
+                            continue;
+                        }
+                        tracing::debug!(%peer, "told to close {CLOSE_GRACE:?} ago and still open; dropped");
+                        break Ok(());
+                    }
+                }
+            }
         }
     };
     if let Err(e) = result {
         tracing::debug!(%peer, error = %e, "connection ended with an error");
+    }
+}
+
+/// What one connection is doing, for its idle deadlines: requests in flight, requests served,
+/// and since when it has had none in flight (from the handshake until its first).
+struct Activity(Mutex<Quiet>);
+
+struct Quiet {
+    in_flight: usize,
+    served: u64,
+    since: Instant,
+}
+
+impl Default for Activity {
+    fn default() -> Self {
+        Activity(Mutex::new(Quiet { in_flight: 0, served: 0, since: Instant::now() }))
+    }
+}
+
+impl Activity {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Quiet> {
+        self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// A request begins; it ends when the guard is dropped.
+    fn begin(self: &Arc<Self>) -> Busy {
+        let mut quiet = self.lock();
+        quiet.in_flight += 1;
+        quiet.served += 1;
+        Busy(Arc::clone(self))
+    }
+
+    /// None while a request is in flight; else since when none has been, and how many were.
+    fn quiet(&self) -> Option<(Instant, u64)> {
+        let quiet = self.lock();
+        (quiet.in_flight == 0).then_some((quiet.since, quiet.served))
+    }
+}
+
+/// One request in flight on a connection, from its headers until its answer is built (or it is
+/// dropped: the client reset the stream).
+struct Busy(Arc<Activity>);
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        let mut quiet = self.0.lock();
+        quiet.in_flight = quiet.in_flight.saturating_sub(1);
+        if quiet.in_flight == 0 {
+            quiet.since = Instant::now();
+        }
+    }
+}
+
+/// The app's service, counting the connection's requests in flight.
+#[derive(Clone)]
+struct Tracked {
+    inner: TowerToHyperService<Router>,
+    activity: Arc<Activity>,
+}
+
+impl hyper::service::Service<hyper::Request<hyper::body::Incoming>> for Tracked {
+    type Response = Response;
+    type Error = std::convert::Infallible;
+    type Future = std::pin::Pin<Box<dyn Future<Output = Result<Response, Self::Error>> + Send>>;
+
+    fn call(&self, request: hyper::Request<hyper::body::Incoming>) -> Self::Future {
+        let busy = self.activity.begin();
+        let answer = self.inner.call(request);
+        Box::pin(async move {
+            let answer = answer.await;
+            drop(busy);
+            answer
+        })
     }
 }
