@@ -346,3 +346,45 @@ for kind in kinds:
     let (status, body) = webhook.post("/validate", &review());
     assert_eq!(status, 200, "a review after the idle connections: {body}");
 }
+
+/// The API server calls a webhook named by a Service over HTTP/1.1 and keeps an idle connection
+/// for 90 s; a connection it comes back to after a pause must still be open, or every pause costs
+/// it a TLS handshake (and a POST caught in the close fails). Before, hyper's header timeout
+/// closed a kept-alive connection 10 s after its last answer: the second request, 15 s later,
+/// found it closed.
+#[test]
+fn a_kept_alive_connection_outlives_a_pause_of_the_api_server() {
+    let webhook = Webhook::with_records(&[]);
+    let client = r#"
+import socket, ssl, sys, time
+ctx = ssl.create_default_context(cafile=sys.argv[2])
+ctx.set_alpn_protocols(["http/1.1"])
+s = ctx.wrap_socket(socket.create_connection(("127.0.0.1", int(sys.argv[1]))), server_hostname="localhost")
+def get():
+    s.sendall(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n")
+    buf = b""
+    while b"\r\n\r\n" not in buf or b"ok" not in buf.split(b"\r\n\r\n", 1)[1]:
+        chunk = s.recv(4096)
+        if not chunk:
+            return "closed"
+        buf += chunk
+    return buf.split(b"\r\n", 1)[0].decode()
+print(get())
+time.sleep(float(sys.argv[3]))
+try:
+    print(get())
+except Exception as e:
+    print("error: %s" % e)
+"#;
+    let out = std::process::Command::new("python3")
+        .args(["-c", client, &webhook.port.to_string()])
+        .arg(&webhook.ca)
+        .arg("15")
+        .output()
+        .expect("python3");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    println!("one connection, two requests 15 s apart: {text:?}");
+    let answers: Vec<&str> = text.lines().collect();
+    assert_eq!(answers.len(), 2, "{text} {}", String::from_utf8_lossy(&out.stderr));
+    assert!(answers.iter().all(|a| a.contains(" 200 ")), "the kept-alive connection answered both: {text}");
+}

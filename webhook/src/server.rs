@@ -26,8 +26,7 @@ use crate::metrics::Metrics;
 /// A TLS handshake, a request's headers or a request's body that has not arrived by then is
 /// dropped: a slow or stalled client (slowloris) holds a connection for at most this long. The
 /// first request's headers are due HEADER_TIMEOUT after the handshake (see [`serve_connection`]);
-/// on HTTP/1.1 hyper also restarts its header timer whenever a kept-alive connection goes idle,
-/// so one is closed HEADER_TIMEOUT after its last answer.
+/// a later request's, on a kept-alive connection, within IDLE_TIMEOUT of the last answer.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
 const BODY_TIMEOUT: Duration = Duration::from_secs(10);
@@ -298,7 +297,15 @@ pub async fn serve_tls(
     let connections = TaskTracker::new();
     let idle = idle_timeout();
     let mut builder = auto::Builder::new(TokioExecutor::new());
-    builder.http1().timer(TokioTimer::new()).header_read_timeout(HEADER_TIMEOUT).max_buf_size(H1_READ_BUFFER);
+    // hyper re-arms its HTTP/1.1 header timer whenever a kept-alive connection goes idle
+    // (proto/h1/conn.rs, `State::idle`), so that timer is also the HTTP/1.1 idle limit. The API
+    // server calls a webhook named by a Service over HTTP/1.1 only, and keeps an idle connection
+    // 90 s: at HEADER_TIMEOUT we closed it first, and it paid a new TLS handshake after every
+    // pause longer than that (and a POST caught in our close fails: neither Go nor client-go
+    // retries it). `serve_connection` keeps both deadlines that matter (first headers
+    // HEADER_TIMEOUT after the handshake, `idle` after the last answer); this is only the
+    // backstop behind them.
+    builder.http1().timer(TokioTimer::new()).header_read_timeout(idle + CLOSE_GRACE).max_buf_size(H1_READ_BUFFER);
     builder
         .http2()
         .timer(TokioTimer::new())
