@@ -31,11 +31,12 @@ const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
 const BODY_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// An HTTP/2 connection with no request in flight for this long is told to go away (GOAWAY).
-/// Longer than the API server's own idle limit on purpose: its webhook client (client-go's
-/// transport, `utilnet.SetTransportDefaults`) keeps Go's `http.DefaultTransport` value for
-/// `IdleConnTimeout`, 90 s, so the client, which knows when it will send next, retires its idle
-/// connections first and never races our GOAWAY. What this catches is a peer that never does.
+/// A connection with no request in flight for this long is shut down (HTTP/2: GOAWAY; HTTP/1.1:
+/// closed). Longer than the API server's own idle limit on purpose: its webhook client
+/// (client-go's transport, `utilnet.SetTransportDefaults`) keeps Go's `http.DefaultTransport`
+/// value for `IdleConnTimeout`, 90 s, so the client, which knows when it will send next, retires
+/// its idle connections first and never races our close. What this catches is a peer that never
+/// does.
 const IDLE_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// After a GOAWAY, how long an idle connection has to close before it is dropped: a client
