@@ -631,3 +631,49 @@ async fn webhook_versus_validating_admission_policy() {
     summary(&bench.modes(), &cells);
     bench.calls_saved().await;
 }
+
+/// The connections the API server keeps to the webhook across its pauses
+/// (`scripts/keepalive.sh`): bursts of `VS_BURST` creates (16 in flight), `VS_PAUSE_SECONDS`
+/// apart (15: longer than the 10 s after which the webhook used to close an idle HTTP/1.1
+/// connection, shorter than the API server's 90 s), counting the new connections and the API
+/// server's CPU per create in each burst after the first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a measurement of about two minutes: scripts/keepalive.sh"]
+async fn webhook_connections_across_pauses() {
+    if !runs_as_root("the webhook replica's network namespace") {
+        return;
+    }
+    let bench = Bench::start().await;
+    bench.switch(Mode::Webhook, true).await;
+    let (burst, bursts) = (env_or("VS_BURST", 64), env_or("VS_BURSTS", 6));
+    let pause = Duration::from_secs(env_or("VS_PAUSE_SECONDS", 15) as u64);
+    let s = last_named("load", 1, &record_address(0));
+    let apiserver = bench.cp.pid("kube-apiserver");
+    let (mut opens_after_pauses, mut cpu_after_pauses, mut creates_after_pauses) = (0, 0.0, 0);
+    for b in 0..bursts {
+        if b > 0 {
+            tokio::time::sleep(pause).await;
+        }
+        let watch = Connections::watch(&bench.netns, WEBHOOK_PORT);
+        let cpu = cpu_seconds(apiserver);
+        let (times, errors) = load(&bench.client, "vs-r1", &s, burst).await;
+        let used = cpu_seconds(apiserver) - cpu;
+        let (opens, _, _) = watch.finish(&bench.netns);
+        let n = times.len() + errors.len();
+        eprintln!(
+            "vs: burst {b}: {n} creates, {} failed, {opens} new connections, API server CPU {:.0} µs/create",
+            errors.len(),
+            used / n as f64 * 1e6
+        );
+        if b > 0 {
+            opens_after_pauses += opens;
+            cpu_after_pauses += used;
+            creates_after_pauses += n;
+        }
+    }
+    eprintln!(
+        "vs: after pauses of {pause:?}: {:.1} new connections per burst, API server CPU {:.0} µs/create",
+        opens_after_pauses as f64 / (bursts - 1).max(1) as f64,
+        cpu_after_pauses / creates_after_pauses.max(1) as f64 * 1e6
+    );
+}
