@@ -215,6 +215,28 @@ async fn nothing_is_written_while_the_hub_is_not_listed() {
     assert!(h.hub_log.lock().expect("log").iter().all(|s| s.method == "GET"));
 }
 
+/// A record on the hub that cannot be decoded, or a project object: what it names is unknown, so
+/// nothing is written for that namespace (the record withdraws nothing) until it decodes.
+#[tokio::test]
+async fn nothing_is_written_where_the_record_or_a_project_object_cannot_be_decoded() {
+    let malformed = json!({"apiVersion": "networking.datumapis.com/v1alpha", "kind": "EdgeReachability",
+        "metadata": {"name": "default", "namespace": "ns-u1", "resourceVersion": "3"},
+        "spec": {"addresses": "fd20::1"}});
+    let h = start(project(None, None), hub(vec![malformed]));
+    until("the project and the hub listed", || project_synced(&h) && h.producer.view.synced()).await;
+    assert!(h.producer.view.undecodable("ns-u1"));
+    assert_eq!(h.producer.pass(&[Trigger::Hub(Change::All)]).await, [Written::Skipped]);
+    assert!(h.hub_log.lock().expect("log").iter().all(|s| s.method == "GET"), "no write");
+
+    let mut lists = project(None, None);
+    let proxies = lists.iter_mut().find(|(p, _)| *p == HTTPPROXIES).expect("proxies");
+    proxies.1.as_mut().expect("items")[0]["spec"]["rules"] = json!("not a list");
+    let h = start(lists, hub(vec![]));
+    until("the project and the hub listed", || project_synced(&h) && h.producer.view.synced()).await;
+    assert_eq!(h.producer.pass(&[Trigger::Hub(Change::All)]).await, [Written::Skipped]);
+    assert!(h.hub_log.lock().expect("log").iter().all(|s| s.method == "GET"), "no write");
+}
+
 #[tokio::test]
 async fn an_equal_record_is_not_written_and_a_missing_hub_namespace_waits() {
     let record = json!({"apiVersion": "networking.datumapis.com/v1alpha", "kind": "EdgeReachability",

@@ -546,7 +546,7 @@ async fn a_record_that_names_the_copy_for_a_moment_while_its_deletion_waits_rest
         assert!(started.elapsed() < Duration::from_secs(5), "no first DELETE");
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
-    observe("ns-a", &edgegate::Record::from_entries(["fd00::11"]));
+    observe("ns-a", Some(&edgegate::Record::from_entries(["fd00::11"])));
     store.upsert("ns-a", edgegate::Record::from_entries(Vec::<&str>::new()));
     assert_eq!(pass.await.expect("pass"), [Outcome::Deleted, Outcome::Skipped]);
     assert_eq!(log.lock().expect("log").iter().filter(|s| s.method == "DELETE").count(), 1);
@@ -600,6 +600,25 @@ async fn a_refused_read_before_the_delete_keeps_the_copy_and_counts_an_error() {
     assert!(h.deletes().is_empty(), "kept: {:?}", h.deletes());
     assert!(h.metrics.deletions("error") >= 1, "counted as an error");
     assert_eq!(h.metrics.deletions("skipped"), 0);
+}
+
+/// A record that could not be decoded for a moment, between two passes, ends the grace's run of
+/// every copy in its namespace: what it named then is unknown.
+#[tokio::test(start_paused = true)]
+async fn a_record_undecodable_for_a_moment_restarts_the_grace() {
+    let grace = Duration::from_millis(200);
+    let copies = vec![copy("ns-a", "web", &["fd00::9"])];
+    let (pruner, log, _) = held_pruner(vec![record("ns-a", &[])], copies, Duration::ZERO, grace);
+    let mut observe = edgegate_pruner::pruner::named_again(Arc::clone(&pruner.grace), Arc::clone(&pruner.copies));
+    let ns = Scope::Namespace("ns-a".into());
+    assert!(pruner.pass(&ns).await.is_empty(), "held");
+    tokio::time::sleep(grace / 2).await;
+    observe("ns-a", None);
+    tokio::time::sleep(grace / 2).await;
+    assert!(pruner.pass(&ns).await.is_empty(), "the run began again at the next pass");
+    tokio::time::sleep(grace).await;
+    assert_eq!(pruner.pass(&ns).await, [Outcome::Deleted], "unnamed, and readable, for the whole grace since");
+    assert_eq!(log.lock().expect("log").iter().filter(|s| s.method == "DELETE").count(), 1);
 }
 
 /// The watch trails the hub: the cached record names none of the copy's addresses, the record on

@@ -137,11 +137,20 @@ impl Producer {
             }
             return Written::Skipped;
         }
-        if index.undecodable_in(namespace) {
-            // An object there cannot be decoded: what it would add is unknown, so the record
-            // stays as it is (and withdraws nothing) until it is deleted or decodes.
+        if index.undecodable_in(namespace) || self.view.undecodable(&hub_ns) {
+            // An object there, or the record on the hub, cannot be decoded: what the answer or
+            // the record holds is unknown, so the record stays as it is (and withdraws nothing)
+            // until it is deleted or decodes. What serves meanwhile is named by the first write
+            // after, as when nothing can be written.
             self.end_withdrawals(|ns| ns == hub_ns);
-            tracing::debug!(project, namespace, "an object cannot be decoded; record left as it is");
+            let answer = index.reachable(namespace).addresses;
+            self.unwritten.lock().observe(&hub_ns, &answer, clock::now());
+            tracing::debug!(
+                project,
+                namespace,
+                hub_namespace = hub_ns,
+                "an object or the record cannot be decoded; record left as it is"
+            );
             return Written::Skipped;
         }
         if !self.view.has_namespace(&hub_ns) {
@@ -149,7 +158,7 @@ impl Producer {
             return Written::NoHubNamespace;
         }
         let started = Instant::now();
-        let recent = self.unwritten.lock().recent(&hub_ns, started);
+        let recent = self.unwritten.lock().recent(&hub_ns, clock::now());
         let (changed, before) = self
             .view
             .with_record(&hub_ns, |current| (index.changed_answer(namespace, current), current.map(<[String]>::len)));

@@ -87,7 +87,8 @@ pub type CopyKey = (String, String, Option<String>);
 pub type Grace = Arc<Mutex<Hold<CopyKey>>>;
 
 /// What the record watch tells the grace: a record that names one of a held copy's addresses,
-/// even for a moment between two passes, ends that copy's run.
+/// even for a moment between two passes, ends that copy's run; so does a record that could not
+/// be decoded (what it named then is unknown), for every copy in its namespace.
 pub fn named_again(grace: Grace, copies: Arc<CopyIndex>) -> edgegate::index::source::kubernetes::RecordObserver {
     Box::new(move |namespace, record| {
         let mut grace = grace.lock();
@@ -95,7 +96,9 @@ pub fn named_again(grace: Grace, copies: Arc<CopyIndex>) -> edgegate::index::sou
             return;
         }
         grace.end(|(ns, name, _)| {
-            ns == namespace && copies.get(ns, name).is_some_and(|c| c.addresses().any(|a| record.names(a)))
+            ns == namespace
+                && record
+                    .is_none_or(|record| copies.get(ns, name).is_some_and(|c| c.addresses().any(|a| record.names(a))))
         });
     })
 }

@@ -22,6 +22,10 @@ pub struct HubView {
     namespaces: RwLock<HashSet<String>>,
     /// Hub namespace → the record's `spec.addresses` as written.
     records: RwLock<HashMap<String, Vec<String>>>,
+    /// Hub namespaces whose record cannot be decoded: what it names is unknown, so the producer
+    /// writes nothing there (the webhook and the pruner leave it alone too) until it decodes or
+    /// is deleted.
+    undecodable: RwLock<HashSet<String>>,
     namespaces_synced: AtomicBool,
     records_synced: AtomicBool,
     /// How many times a watch has failed: a view that was whole, then was not, is another view.
@@ -34,6 +38,7 @@ impl HubView {
             record_name: record_name.into(),
             namespaces: RwLock::default(),
             records: RwLock::default(),
+            undecodable: RwLock::default(),
             namespaces_synced: AtomicBool::new(false),
             records_synced: AtomicBool::new(false),
             unsyncs: AtomicU64::new(0),
@@ -55,6 +60,11 @@ impl HubView {
 
     pub fn has_namespace(&self, namespace: &str) -> bool {
         self.namespaces.read().contains(namespace)
+    }
+
+    /// Is the namespace's record on the hub one that cannot be decoded?
+    pub fn undecodable(&self, namespace: &str) -> bool {
+        self.undecodable.read().contains(namespace)
     }
 
     /// `f` of the record's addresses as written (`None`: no record), without copying them.
@@ -104,10 +114,13 @@ impl SnapshotSink<NamespaceMeta> for HubWriter {
 }
 
 impl SnapshotSink<EdgeReachability> for HubWriter {
-    /// A record on the hub that cannot be decoded is skipped: the producer writes that
-    /// namespace's record whole, which puts it right.
-    fn replace(&mut self, list: Vec<EdgeReachability>, _undecodable: Vec<kube::core::error_boundary::InvalidObject>) {
+    fn replace(&mut self, list: Vec<EdgeReachability>, undecodable: Vec<kube::core::error_boundary::InvalidObject>) {
         let wanted = |r: &EdgeReachability| r.name_any() == self.view.record_name;
+        *self.view.undecodable.write() = undecodable
+            .iter()
+            .filter(|bad| bad.metadata.name.as_deref() == Some(self.view.record_name.as_str()))
+            .filter_map(|bad| bad.metadata.namespace.clone())
+            .collect();
         *self.view.records.write() = list
             .iter()
             .filter(|r| wanted(r))
@@ -119,6 +132,7 @@ impl SnapshotSink<EdgeReachability> for HubWriter {
     fn applied(&mut self, record: EdgeReachability) {
         if record.name_any() == self.view.record_name {
             let ns = record.namespace().unwrap_or_default();
+            self.view.undecodable.write().remove(&ns);
             let previous = self.view.records.write().insert(ns.clone(), record.entries().to_vec());
             // Addresses changed by someone else (the producer's own writes are in the view
             // already) are put right at once: the pruner withdraws what a record stops naming
@@ -132,9 +146,23 @@ impl SnapshotSink<EdgeReachability> for HubWriter {
         if record.name_any() == self.view.record_name {
             let ns = record.namespace().unwrap_or_default();
             self.view.records.write().remove(&ns);
+            self.view.undecodable.write().remove(&ns);
             // A record deleted by hand is written again at once (and on every resync).
             let _ = self.changes.send(Change::Namespace(ns));
         }
+    }
+    fn undecodable(&mut self, bad: &kube::core::error_boundary::InvalidObject, gone: bool) {
+        if bad.metadata.name.as_deref() != Some(self.view.record_name.as_str()) {
+            return;
+        }
+        let ns = bad.metadata.namespace.clone().unwrap_or_default();
+        if gone {
+            self.view.undecodable.write().remove(&ns);
+            self.view.records.write().remove(&ns);
+        } else {
+            self.view.undecodable.write().insert(ns.clone());
+        }
+        let _ = self.changes.send(Change::Namespace(ns));
     }
     fn failed(&mut self, error: &watcher::Error) {
         self.view.records_synced.store(false, Ordering::Release);

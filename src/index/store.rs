@@ -154,11 +154,14 @@ impl RecordSource for RecordStore {
                 stale.as_secs()
             ));
         }
+        // Records before the undecodable mark: a relist sets the mark first, so a lookup racing
+        // it sees the namespace unreadable rather than without a record.
+        let record = self.records.read().get(namespace).map(Arc::clone);
         if let Some(why) = self.undecodable.read().get(namespace) {
             return RecordState::Unavailable(format!("the record in {namespace} cannot be decoded ({why})"));
         }
-        match self.records.read().get(namespace) {
-            Some(record) => RecordState::Present(Arc::clone(record)),
+        match record {
+            Some(record) => RecordState::Present(record),
             None => RecordState::Absent,
         }
     }

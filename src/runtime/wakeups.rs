@@ -23,6 +23,9 @@ pub enum Wakeup<T> {
     Everything,
 }
 
+/// The farthest ahead a pass is asked for (see [`Later::at`]).
+const FARTHEST: std::time::Duration = std::time::Duration::from_secs(365 * 24 * 3600);
+
 /// Passes asked for at a later instant (a held copy's grace ends, a withdrawal falls due, a
 /// failed write is retried), each key once at the earliest instant asked: one timer queue for
 /// all of them, polled by the loop's [`Wakeups`], instead of a sleeping task per request. Its size
@@ -51,6 +54,9 @@ impl<T: Clone + Eq + Hash> Later<T> {
     /// Run a pass for `key` at `at`, or sooner if one is queued sooner. Must be called inside the
     /// Tokio runtime (the queue's timer).
     pub fn at(&self, key: T, at: Instant) {
+        // tokio-util's timer wheel panics beyond about two years; a pass asked for that far off
+        // (a "never" grace) comes round a year from now instead, and finds it not due yet.
+        let at = at.min(super::clock::now() + FARTHEST);
         let mut queue = self.0.lock();
         let Queue { due, queued } = &mut *queue;
         match queued.get_mut(&key) {
@@ -180,6 +186,18 @@ mod tests {
         assert!(later.is_empty(), "each key once");
         later.at("a", at(8));
         assert_eq!(wakeups.next(&shutdown).await, Some(Wakeup::Change("a")), "asked again once fired");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_pass_asked_for_years_ahead_comes_round_in_a_year() {
+        let later = Later::default();
+        let (mut wakeups, _tx) = wakeups(&later);
+        let shutdown = CancellationToken::new();
+        assert_eq!(wakeups.next(&shutdown).await, Some(Wakeup::Everything), "the first tick");
+        let t0 = tokio::time::Instant::now();
+        later.at("far", (t0 + Duration::from_secs(10 * 365 * 24 * 3600)).into_std());
+        let next = wakeups.next(&shutdown).await;
+        assert!(matches!(next, Some(Wakeup::Change("far") | Wakeup::Everything)), "{next:?}");
     }
 
     #[tokio::test(start_paused = true)]

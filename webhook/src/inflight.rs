@@ -1,8 +1,8 @@
 //! What a flood can make the webhook hold: the bytes of request bodies being read and decoded,
-//! bounded for the whole process (`--max-inflight-bytes`). Each body takes its bytes before they
-//! are read and gives them back once its answer is built; one that cannot take them now is
-//! answered 429 with `Retry-After: 1` at once (the API server retries that within the webhook's
-//! timeout; a bare 503 would be final). Without a bound, a few dozen 8 MiB reviews in flight
+//! bounded for the whole process (`--max-inflight-bytes`). Each body takes its bytes as they
+//! arrive and gives them back once its answer is built; one the budget cannot spare is answered
+//! 429 with `Retry-After: 1`, its rest drained first (the API server retries that within the
+//! webhook's timeout; a bare 503 would be final). Without a bound, a few dozen 8 MiB reviews in flight
 //! outgrow the container's memory limit, and under `failurePolicy: Fail` every new copy on the
 //! hub is refused until the pod is back.
 //!

@@ -34,8 +34,9 @@ pub enum OnWatchError {
 }
 
 /// Told of every record as the watch delivers it, in order: a reader that must not miss a state
-/// the store passes through between two of its looks (the pruner's grace).
-pub type RecordObserver = Box<dyn FnMut(&str, &Record) + Send>;
+/// the store passes through between two of its looks (the pruner's grace). `None`: the
+/// namespace's record could not be decoded, so what it named then is unknown.
+pub type RecordObserver = Box<dyn FnMut(&str, Option<&Record>) + Send>;
 
 /// Applies watch events to a [`RecordStore`].
 pub struct StoreWriter {
@@ -110,7 +111,7 @@ impl WatchSink<EdgeReachability> for StoreWriter {
         if wanted {
             let record = super::record_of(&r);
             if let Some(observe) = self.observer.as_mut() {
-                observe(&ns, &record);
+                observe(&ns, Some(&record));
             }
             super::merge_into(snapshot, &ns, Arc::new(record));
         } else {
@@ -139,7 +140,7 @@ impl WatchSink<EdgeReachability> for StoreWriter {
             tracing::debug!(namespace = %ns, addresses = r.entries().len(), "record applied");
             let record = super::record_of(&r);
             if let Some(observe) = self.observer.as_mut() {
-                observe(&ns, &record);
+                observe(&ns, Some(&record));
             }
             self.store.upsert(&ns, record);
             self.store.set_undecodable(&ns, None);
@@ -167,6 +168,11 @@ impl WatchSink<EdgeReachability> for StoreWriter {
         let (ns, name) = (bad.metadata.namespace.clone().unwrap_or_default(), bad.metadata.name.as_deref());
         if name != Some(self.store.record_name()) {
             return; // a record of another name is ignored whole, decodable or not
+        }
+        if phase != Phase::Deleted
+            && let Some(observe) = self.observer.as_mut()
+        {
+            observe(&ns, None);
         }
         match (phase, self.relisting.as_mut()) {
             (Phase::Listed, Some((_, _, undecodable))) => {

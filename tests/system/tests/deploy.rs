@@ -186,7 +186,10 @@ fn assert_mode(objects: &[Value], mode: Mode) {
 /// `edgegate render-check` on `objects`: (passed, what it printed).
 fn render_check(objects: &[Value]) -> (bool, String) {
     let docs: Vec<String> = objects.iter().map(Value::to_string).collect();
-    let file = std::env::temp_dir().join(format!("edgegate-render-{}-{}.yaml", std::process::id(), docs.len()));
+    // Tests render at once: a name of its own for each.
+    static RENDERS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = RENDERS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let file = std::env::temp_dir().join(format!("edgegate-render-{}-{n}.yaml", std::process::id()));
     std::fs::write(&file, docs.join("\n---\n")).expect("write render");
     let out = Command::new(edgegate_system_tests::helpers::binary("edgegate"))
         .args(["render-check", &file.display().to_string()])
