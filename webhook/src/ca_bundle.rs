@@ -98,6 +98,9 @@ pub struct CaBundleKeeper {
     pub keep_old: Duration,
 }
 
+/// How often the caBundles are read again (two GETs each time).
+pub const KEEP_EVERY: Duration = Duration::from_secs(5);
+
 fn webhook_configurations(client: &kube::Client, kind: &'static str) -> (Api<DynamicObject>, &'static str) {
     let gvk = GroupVersionKind::gvk("admissionregistration.k8s.io", "v1", kind);
     let plural = format!("{}s", kind.to_lowercase());
@@ -115,9 +118,15 @@ impl CaBundleKeeper {
 
     /// Make every webhook's bundle hold `ca` (adding it to what is there). True if anything changed.
     pub async fn include(&self, ca: &[u8]) -> anyhow::Result<bool> {
+        self.include_saying(ca, true).await
+    }
+
+    /// [`include`](Self::include), saying a missing configuration only if `say_missing` (the
+    /// steady re-check must not say it every few seconds while a hub has none).
+    async fn include_saying(&self, ca: &[u8], say_missing: bool) -> anyhow::Result<bool> {
         let wanted = pem_blocks(ca);
         anyhow::ensure!(!wanted.is_empty(), "the CA file holds no certificate");
-        self.rewrite(|current| {
+        self.rewrite(say_missing, |current| {
             let mut blocks = pem_blocks(current);
             for block in &wanted {
                 if !blocks.contains(block) {
@@ -133,22 +142,24 @@ impl CaBundleKeeper {
     pub async fn only(&self, ca: &[u8]) -> anyhow::Result<bool> {
         let wanted = pem_blocks(ca);
         anyhow::ensure!(!wanted.is_empty(), "the CA file holds no certificate");
-        self.rewrite(|current| narrowed(&pem_blocks(current), &wanted)).await
+        self.rewrite(true, |current| narrowed(&pem_blocks(current), &wanted)).await
     }
 
     /// Rewrite both configurations' bundles; true if either changed. One that does not exist is
     /// skipped (components/policy has no validating configuration, only components/trim a
     /// mutating one), and so is a mutating one this identity may not read (a hub whose role
     /// predates it): neither must keep a renewed certificate from being served.
-    async fn rewrite(&self, bundle: impl Fn(&[u8]) -> Vec<BundleCert>) -> anyhow::Result<bool> {
+    async fn rewrite(&self, say_missing: bool, bundle: impl Fn(&[u8]) -> Vec<BundleCert>) -> anyhow::Result<bool> {
         let [(validating, validating_kind), (mutating, mutating_kind)] = &self.configs;
         let validating = self.rewrite_one(validating, validating_kind, &bundle).await?;
-        if validating.is_none() {
+        if validating.is_none() && say_missing {
             tracing::warn!(name = self.name, "no {validating_kind} of this name; its caBundle is not kept");
         }
         let mutating = match self.rewrite_one(mutating, mutating_kind, &bundle).await {
             Err(error) if is_forbidden(&error) => {
-                tracing::warn!(name = self.name, "may not read the {mutating_kind}; its caBundle is not kept");
+                if say_missing {
+                    tracing::warn!(name = self.name, "may not read the {mutating_kind}; its caBundle is not kept");
+                }
                 None
             }
             other => other?,
@@ -192,6 +203,26 @@ impl CaBundleKeeper {
             .await
             .with_context(|| format!("patching the caBundle of {kind} {}", self.name))?;
         Ok(Some(true))
+    }
+
+    /// Every [`KEEP_EVERY`], for as long as the process runs: a configuration created or replaced
+    /// without the CA in `ca_file` (emergency off and the kustomization applied again, a Karmada
+    /// host applied before its hub, someone's edit) gets it within seconds, instead of at the
+    /// next rotation or `keep_old` after start. The CA is read each time: during a rotation the
+    /// new one is added early, which is what a rotation's first step does anyway; nothing is
+    /// ever removed here.
+    pub async fn keep_including(self, ca_file: std::path::PathBuf) {
+        loop {
+            tokio::time::sleep(KEEP_EVERY).await;
+            let Ok(ca) = std::fs::read(&ca_file) else { continue };
+            match self.include_saying(&ca, false).await {
+                Ok(true) => tracing::info!(name = self.name, "a webhook configuration lacked the served CA; added"),
+                Ok(false) => {}
+                Err(error) => {
+                    tracing::debug!(error = format!("{error:#}"), "re-checking the caBundle failed; next time")
+                }
+            }
+        }
     }
 
     /// Retry `include` until it succeeds (the hub may be briefly unreachable).

@@ -143,6 +143,8 @@ impl CertReloader {
             stamp.2 = FileStamp::of(&ca_file);
         }
         let served_ca = crate::ca_bundle::pem_blocks(&ca);
+        // It never returns; a panic in it stops the process (the panic hook).
+        tokio::spawn(keeper.clone().keep_including(ca_file.clone()));
         let sync = BundleSync { ca_file, keeper, generation: Arc::default(), served_ca };
         let keeper = sync.keeper.clone();
         let narrow = ca.clone();

@@ -666,6 +666,53 @@ fn install_certs(from: &Path, to: &Path) {
     }
 }
 
+/// `--ca-bundle-for` (components/ca-keeper, a Karmada hub): a configuration created after the
+/// webhook started, without its CA (emergency off and the kustomization applied again; the Karmada
+/// host applied before its hub), gets the CA within seconds, and again when it is re-created. It
+/// used to get it only at the next rotation or `--ca-bundle-keep-old` (10 min) after start,
+/// refusing every copy meanwhile. The webhook runs with the admin kubeconfig here: what is tested
+/// is when the keeper writes, not its role (deploy_rbac_is_sufficient covers that).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_keeper_fills_a_configuration_created_after_it_started() {
+    let cp = shared();
+    let client = cp.client().await;
+    install_crd(&client).await;
+    let (certs, serving) = (new_ca_dir(cp, "late-ca"), cp.dir.join("late-serving"));
+    install_certs(&certs, &serving);
+    let port = free_port();
+    let log = cp.dir.join("late-webhook.log");
+    let args = [
+        "--kubernetes".to_owned(),
+        format!("--kubeconfig={}", cp.kubeconfig.display()),
+        format!("--listen=127.0.0.1:{port}"),
+        format!("--tls-cert={}", serving.join("tls.crt").display()),
+        format!("--tls-key={}", serving.join("tls.key").display()),
+        "--ca-bundle-for=edgegate-late".to_owned(),
+    ];
+    let webhook = Process { child: spawn_guarded(&binary("edgegate-webhook"), &args, &log), port, log };
+    until_ready("webhook ready", &webhook, Some(&certs.join("ca.crt"))).await;
+    let ca = edgegate_webhook::ca_bundle::pem_blocks(&std::fs::read(certs.join("ca.crt")).expect("ca"));
+    let text = std::fs::read_to_string(repo().join("deploy/base/admission/validating-webhook.yaml")).expect("vwc");
+    let mut vwc: serde_json::Value = serde_saphyr::from_str(&text).expect("vwc parses");
+    vwc["metadata"]["name"] = json!("edgegate-late");
+    vwc["webhooks"][0]["clientConfig"] = json!({"url": format!("https://127.0.0.1:{port}/validate")});
+    vwc["webhooks"][0]["namespaceSelector"]["matchLabels"] = json!({"edgegate-e2e": "late"});
+    let vwc: k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration =
+        serde_json::from_value(vwc).expect("vwc type");
+    let api: Api<k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration> =
+        Api::all(client.clone());
+    for round in ["created after the webhook started", "deleted and created again"] {
+        let _ = api.delete("edgegate-late", &DeleteParams::default()).await;
+        api.create(&PostParams::default(), &vwc).await.expect("create vwc");
+        let took = eventually(Duration::from_secs(60), "the CA in the caBundle", async || {
+            ca_bundle(&client, "edgegate-late").await == ca
+        })
+        .await;
+        eprintln!("configuration {round}: CA in its caBundle after {took:?}");
+        assert!(took < Duration::from_secs(15), "{round}: took {took:?} (re-checked every 5 s)");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn karmada_hub_ca_bundle_follows_rotation_without_failed_admissions() {
     let cp = shared();
