@@ -230,6 +230,19 @@ mod tests {
         })
     }
 
+    /// Watch events as the API server streams them: one JSON line each.
+    fn watch_body(events: &[serde_json::Value]) -> Body {
+        let lines: Vec<u8> = events
+            .iter()
+            .flat_map(|e| {
+                let mut line = serde_json::to_vec(e).expect("json");
+                line.push(b'\n');
+                line
+            })
+            .collect();
+        Body::from(lines)
+    }
+
     /// The watcher lists once, then watches; the store is synced only after the list, records
     /// named otherwise are ignored, and watch events update single namespaces.
     #[tokio::test]
@@ -266,15 +279,7 @@ mod tests {
             serde_json::json!({"type": "ADDED", "object": record("ns-c", "default", &[])}),
             serde_json::json!({"type": "DELETED", "object": record("ns-a", "default", &["fd00::1"])}),
         ];
-        let body: Vec<u8> = events
-            .iter()
-            .flat_map(|e| {
-                let mut line = serde_json::to_vec(e).expect("json");
-                line.push(b'\n');
-                line
-            })
-            .collect();
-        send.send_response(Response::new(Body::from(body)));
+        send.send_response(Response::new(watch_body(&events)));
 
         // The watch ends after these events; the watcher watches again. Hold that request and check.
         let (_request, _send) = handle.next_request().await.expect("re-watch");
@@ -320,22 +325,12 @@ mod tests {
             serde_json::json!({"type": "MODIFIED", "object": record("ns-b", "default", &["fd00::2"])}),
             serde_json::json!({"type": "MODIFIED", "object": malformed("ns-a", "default")}),
         ];
-        let body: Vec<u8> = events
-            .iter()
-            .flat_map(|e| {
-                let mut line = serde_json::to_vec(e).expect("json");
-                line.push(b'\n');
-                line
-            })
-            .collect();
-        send.send_response(Response::new(Body::from(body)));
+        send.send_response(Response::new(watch_body(&events)));
         let (_request, send) = handle.next_request().await.expect("re-watch");
         assert!(matches!(store.lookup("ns-b"), RecordState::Present(r) if r.names("fd00::2")), "decodes again");
         assert!(matches!(store.lookup("ns-a"), RecordState::Unavailable(_)), "a record turned bad");
         let deleted = serde_json::json!({"type": "DELETED", "object": malformed("ns-a", "default")});
-        let mut line = serde_json::to_vec(&deleted).expect("json");
-        line.push(b'\n');
-        send.send_response(Response::new(Body::from(line)));
+        send.send_response(Response::new(watch_body(&[deleted])));
         let (_request, _send) = handle.next_request().await.expect("re-watch");
         assert!(matches!(store.lookup("ns-a"), RecordState::Absent), "deleted: no record");
         let counted = crate::index::source::follow::UNDECODABLE

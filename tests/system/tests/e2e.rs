@@ -648,6 +648,23 @@ async fn ca_bundle(client: &Client, name: &str) -> Vec<edgegate_webhook::ca_bund
     edgegate_webhook::ca_bundle::pem_blocks(hook.client_config.ca_bundle.map(|b| b.0).unwrap_or_default().as_slice())
 }
 
+/// A webhook serving `serving`'s certificate on `port` that keeps `config`'s caBundle
+/// (`--ca-bundle-for`), `extra` appended. With the admin kubeconfig: these tests are about when
+/// the keeper writes, not its role (deploy_rbac_is_sufficient covers that).
+fn keeping_webhook(cp: &ControlPlane, port: u16, serving: &Path, config: &str, extra: &[&str]) -> Process {
+    let log = cp.dir.join(format!("{config}-webhook.log"));
+    let mut args = vec![
+        "--kubernetes".to_owned(),
+        format!("--kubeconfig={}", cp.kubeconfig.display()),
+        format!("--listen=127.0.0.1:{port}"),
+        format!("--tls-cert={}", serving.join("tls.crt").display()),
+        format!("--tls-key={}", serving.join("tls.key").display()),
+        format!("--ca-bundle-for={config}"),
+    ];
+    args.extend(extra.iter().map(|a| (*a).to_owned()));
+    Process { child: spawn_guarded(&binary("edgegate-webhook"), &args, &log), port, log }
+}
+
 fn new_ca_dir(cp: &ControlPlane, name: &str) -> PathBuf {
     let dir = cp.dir.join(name);
     let out = std::process::Command::new(repo().join("certs/dev-certs.sh")).arg(&dir).output().expect("dev-certs.sh");
@@ -680,16 +697,7 @@ async fn the_keeper_fills_a_configuration_created_after_it_started() {
     let (certs, serving) = (new_ca_dir(cp, "late-ca"), cp.dir.join("late-serving"));
     install_certs(&certs, &serving);
     let port = free_port();
-    let log = cp.dir.join("late-webhook.log");
-    let args = [
-        "--kubernetes".to_owned(),
-        format!("--kubeconfig={}", cp.kubeconfig.display()),
-        format!("--listen=127.0.0.1:{port}"),
-        format!("--tls-cert={}", serving.join("tls.crt").display()),
-        format!("--tls-key={}", serving.join("tls.key").display()),
-        "--ca-bundle-for=edgegate-late".to_owned(),
-    ];
-    let webhook = Process { child: spawn_guarded(&binary("edgegate-webhook"), &args, &log), port, log };
+    let webhook = keeping_webhook(cp, port, &serving, "edgegate-late", &[]);
     until_ready("webhook ready", &webhook, Some(&certs.join("ca.crt"))).await;
     let ca = edgegate_webhook::ca_bundle::pem_blocks(&std::fs::read(certs.join("ca.crt")).expect("ca"));
     let text = std::fs::read_to_string(repo().join("deploy/base/admission/validating-webhook.yaml")).expect("vwc");
@@ -737,18 +745,8 @@ async fn karmada_hub_ca_bundle_follows_rotation_without_failed_admissions() {
         Api::all(client.clone());
     api.create(&PostParams::default(), &serde_json::from_value(vwc).expect("vwc type")).await.expect("create vwc");
 
-    let log = cp.dir.join("karmada-webhook.log");
-    let args = [
-        "--kubernetes".to_owned(),
-        format!("--kubeconfig={}", cp.kubeconfig.display()),
-        format!("--listen=127.0.0.1:{port}"),
-        format!("--tls-cert={}", serving.join("tls.crt").display()),
-        format!("--tls-key={}", serving.join("tls.key").display()),
-        "--ca-bundle-for=edgegate-karmada".to_owned(),
-        "--ca-bundle-settle=2s".to_owned(),
-        "--ca-bundle-keep-old=3s".to_owned(),
-    ];
-    let webhook = Process { child: spawn_guarded(&binary("edgegate-webhook"), &args, &log), port, log };
+    let webhook =
+        keeping_webhook(cp, port, &serving, "edgegate-karmada", &["--ca-bundle-settle=2s", "--ca-bundle-keep-old=3s"]);
     let first_ca = edgegate_webhook::ca_bundle::pem_blocks(&std::fs::read(first.join("ca.crt")).expect("ca"));
     eventually(Duration::from_secs(30), "caBundle brought into step", async || {
         ca_bundle(&client, "edgegate-karmada").await == first_ca
