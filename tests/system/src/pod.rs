@@ -43,23 +43,12 @@ pub struct Render {
 
 impl Render {
     pub fn of(dir: &Path) -> Render {
-        let out = Command::new("kubectl").arg("kustomize").arg(dir).output().expect("kubectl kustomize runs");
-        assert!(out.status.success(), "kustomize {}: {}", dir.display(), String::from_utf8_lossy(&out.stderr));
-        let text = String::from_utf8(out.stdout).expect("utf-8");
-        let objects = text
-            .split("\n---\n")
-            .filter(|doc| !doc.trim().is_empty())
-            .map(|doc| serde_saphyr::from_str::<Value>(doc).expect("rendered YAML"))
-            .collect();
-        Render { objects }
+        Render { objects: render(dir) }
     }
 
     /// The rendered object of `kind` named `name`.
     pub fn get(&self, kind: &str, name: &str) -> &Value {
-        self.objects
-            .iter()
-            .find(|o| o["kind"] == kind && o["metadata"]["name"] == name)
-            .unwrap_or_else(|| panic!("the render has no {kind} {name}"))
+        find(&self.objects, kind, name)
     }
 
     /// Apply (server-side, as the docs do) the rendered objects `keep` selects, unchanged.
@@ -78,6 +67,27 @@ impl Render {
             .expect("kubectl apply runs");
         assert!(out.status.success(), "apply: {}", String::from_utf8_lossy(&out.stderr));
     }
+}
+
+/// `kubectl kustomize DIR` (or `EDGEGATE_KUSTOMIZE DIR`, e.g. `kustomize build`), parsed into
+/// objects.
+pub fn render(dir: &Path) -> Vec<Value> {
+    let kustomize = std::env::var("EDGEGATE_KUSTOMIZE").unwrap_or_else(|_| "kubectl kustomize".to_owned());
+    let mut words = kustomize.split_whitespace();
+    let program = words.next().unwrap_or("kubectl");
+    let out =
+        Command::new(program).args(words).arg(dir).output().expect("kustomize runs (kubectl or EDGEGATE_KUSTOMIZE)");
+    assert!(out.status.success(), "rendering {} failed: {}", dir.display(), String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8(out.stdout).expect("UTF-8");
+    serde_saphyr::from_multiple::<Value>(&text).expect("rendered YAML parses")
+}
+
+/// The object of `kind` named `name` among `objects`.
+pub fn find<'a>(objects: &'a [Value], kind: &str, name: &str) -> &'a Value {
+    objects
+        .iter()
+        .find(|o| o["kind"] == kind && o["metadata"]["name"] == name)
+        .unwrap_or_else(|| panic!("no {kind} {name} in the rendered manifests"))
 }
 
 /// A user's kustomization of the repo's `resources` and `components` (paths under deploy/) with
@@ -126,7 +136,23 @@ pub async fn run(
     let namespace = object["metadata"]["namespace"].as_str().expect("Deployment namespace").to_owned();
     let template = &object["spec"]["template"];
     let spec = &template["spec"];
+    // What the runner cannot do as a kubelet would, it refuses rather than skips.
+    for unsupported in ["initContainers", "ephemeralContainers"] {
+        assert!(
+            spec[unsupported].as_array().is_none_or(Vec::is_empty),
+            "{deployment}: {unsupported} are not run by the runner"
+        );
+    }
+    assert_eq!(spec["containers"].as_array().map(Vec::len), Some(1), "{deployment}: the runner runs one container");
     let container = &spec["containers"][0];
+    for unsupported in ["envFrom", "workingDir", "volumeMounts"] {
+        assert!(
+            container[unsupported].is_null() || container[unsupported].as_array().is_some_and(Vec::is_empty),
+            "{deployment}: the container's {unsupported} is not provided by the runner yet"
+        );
+    }
+    let text = container.to_string();
+    assert!(!text.contains("$("), "{deployment}: $(VAR) references are not expanded by the runner");
     let account = spec["serviceAccountName"].as_str().expect("serviceAccountName").to_owned();
     let name = format!("{deployment}-{replica}-{}", free_port());
     let client = cp.client().await;

@@ -1,36 +1,17 @@
 //! deploy/ says what the README claims: every overlay renders with kustomize, and the rendered
 //! manifests hold the invariants the webhook's safety and the least-privilege RBAC depend on.
 
-use std::path::Path;
 use std::process::Command;
 
 use clap::CommandFactory;
 use edgegate::runtime::rbac::{PRUNER, PRUNER_LEASE, Rule, WEBHOOK, WEBHOOK_CA_BUNDLE};
 use edgegate_system_tests::helpers::{deploy_dev_certs, kustomization, repo};
+use edgegate_system_tests::pod::{find, render};
 use serde_json::{Value, json};
-
-/// `kubectl kustomize DIR` (or `kustomize build DIR`), parsed into objects.
-fn render(dir: &Path) -> Vec<Value> {
-    let kustomize = std::env::var("EDGEGATE_KUSTOMIZE").unwrap_or_else(|_| "kubectl kustomize".to_owned());
-    let mut words = kustomize.split_whitespace();
-    let program = words.next().unwrap_or("kubectl");
-    let out =
-        Command::new(program).args(words).arg(dir).output().expect("kustomize runs (kubectl or EDGEGATE_KUSTOMIZE)");
-    assert!(out.status.success(), "rendering {} failed: {}", dir.display(), String::from_utf8_lossy(&out.stderr));
-    let text = String::from_utf8(out.stdout).expect("UTF-8");
-    serde_saphyr::from_multiple::<Value>(&text).expect("rendered YAML parses")
-}
 
 fn dev_overlay() -> Vec<Value> {
     deploy_dev_certs();
     render(&repo().join("deploy/overlays/dev"))
-}
-
-fn find<'a>(objects: &'a [Value], kind: &str, name: &str) -> &'a Value {
-    objects
-        .iter()
-        .find(|o| o["kind"] == kind && o["metadata"]["name"] == name)
-        .unwrap_or_else(|| panic!("no {kind} {name} in the rendered manifests"))
 }
 
 fn has(objects: &[Value], kind: &str) -> bool {
