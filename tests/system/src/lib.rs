@@ -9,4 +9,5 @@ pub mod netns;
 pub mod pod;
 pub mod replica;
 pub mod secret_volume;
+pub mod shipped;
 pub mod soak;

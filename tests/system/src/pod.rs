@@ -11,7 +11,10 @@
 //!   `KUBECONFIG` naming the test API server and the Pod's own token: the binaries read it the way
 //!   kube's `Config::infer` does in a Pod, through the same client code;
 //! - listen addresses (`0.0.0.0:<containerPort>`) are `127.0.0.1:<a free port>`, as tests share
-//!   one network.
+//!   one network;
+//! - a Secret volume's `mountPath` is a directory of the test's, where the Secret is projected as
+//!   a kubelet projects it (`..data` swapped atomically, [`SecretVolume`]) and kept in step with
+//!   the Secret (read every second, as the kubelet's sync does, only sooner).
 //!
 //! Timings shorter than the shipped defaults come from a kustomize patch the test writes where a
 //! reader sees it ([`kustomization_with`]), never from here.
@@ -21,19 +24,22 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use k8s_openapi::api::authentication::v1::{BoundObjectReference, TokenRequest, TokenRequestSpec};
-use k8s_openapi::api::core::v1::{Pod, ServiceAccount};
+use k8s_openapi::api::core::v1::{Pod, Secret, ServiceAccount};
 use kube::Api;
 use kube::api::PostParams;
 use serde_json::{Value, json};
 
 use crate::control_plane::{ControlPlane, spawn_guarded};
 use crate::helpers::{Process, binary, free_port};
+use crate::secret_volume::SecretVolume;
 
 /// The kinds of rewrite a test allows the runner ([`run`] fails on any other).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Rewrite {
     /// `--<flag>=0.0.0.0:<port>` → `127.0.0.1:<free port>`.
     ListenAddress,
+    /// A Secret volume's `mountPath`, in args and env values → the test's projection of it.
+    MountPath,
 }
 
 /// `kubectl kustomize DIR`, parsed: the objects a user applies.
@@ -109,6 +115,16 @@ pub struct RunningPod {
     pub ports: BTreeMap<String, u16>,
     /// Every rewrite made, `before → after`.
     pub rewrites: Vec<String>,
+    /// The tasks keeping its Secret volumes in step, stopped with it.
+    volume_sync: Vec<tokio::task::AbortHandle>,
+}
+
+impl Drop for RunningPod {
+    fn drop(&mut self) {
+        for task in &self.volume_sync {
+            task.abort();
+        }
+    }
 }
 
 impl RunningPod {
@@ -145,7 +161,7 @@ pub async fn run(
     }
     assert_eq!(spec["containers"].as_array().map(Vec::len), Some(1), "{deployment}: the runner runs one container");
     let container = &spec["containers"][0];
-    for unsupported in ["envFrom", "workingDir", "volumeMounts"] {
+    for unsupported in ["envFrom", "workingDir"] {
         assert!(
             container[unsupported].is_null() || container[unsupported].as_array().is_some_and(Vec::is_empty),
             "{deployment}: the container's {unsupported} is not provided by the runner yet"
@@ -193,6 +209,21 @@ pub async fn run(
     let kubeconfig = cp.kubeconfig_with_token(&format!("pod-{name}"), &token);
 
     let mut rewrites = Vec::new();
+    let (mounts, volume_sync) = secret_volumes(cp, &name, &namespace, spec, container, allowed).await;
+    let mounted = |value: &str, rewrites: &mut Vec<String>| -> String {
+        let mut value = value.to_owned();
+        for (path, dir) in &mounts {
+            if let Some(at) = value.find(path.as_str()) {
+                let rest = &value[at + path.len()..];
+                if rest.is_empty() || rest.starts_with('/') {
+                    let new = format!("{}{}{rest}", &value[..at], dir.display());
+                    rewrites.push(format!("{value} → {new}"));
+                    value = new;
+                }
+            }
+        }
+        value
+    };
     let command: Vec<String> = strings(&container["command"]);
     assert!(!command.is_empty(), "{deployment}: the container has no command");
     let program = match command[0].strip_prefix("/usr/local/bin/") {
@@ -217,7 +248,7 @@ pub async fn run(
             rewrites.push(format!("{arg} → {new}"));
             args.push(new);
         } else {
-            args.push(arg);
+            args.push(mounted(&arg, &mut rewrites));
         }
     }
 
@@ -227,7 +258,7 @@ pub async fn run(
     for var in container["env"].as_array().into_iter().flatten() {
         let key = var["name"].as_str().expect("env name");
         let value = if let Some(value) = var["value"].as_str() {
-            value.to_owned()
+            mounted(value, &mut rewrites)
         } else {
             match var["valueFrom"]["fieldRef"]["fieldPath"].as_str() {
                 Some("metadata.name") => name.clone(),
@@ -240,10 +271,6 @@ pub async fn run(
         };
         env.push(format!("{key}={value}"));
     }
-    assert!(
-        spec["volumes"].as_array().is_none_or(Vec::is_empty),
-        "{deployment}: volumes are not provided by the runner yet"
-    );
 
     // A container's environment is its own: nothing of the test process leaks in.
     let mut full = vec!["-i".to_owned()];
@@ -254,7 +281,75 @@ pub async fn run(
     std::fs::write(&log, format!("pod {namespace}/{name}, rewrites:\n  {}\n", rewrites.join("\n  "))).expect("log");
     let child = spawn_guarded(Path::new("env"), &full, &log);
     let admin = ports.values().next().copied().unwrap_or_default();
-    RunningPod { process: Process { child, port: admin, log }, name, namespace, ports, rewrites }
+    RunningPod { process: Process { child, port: admin, log }, name, namespace, ports, rewrites, volume_sync }
+}
+
+/// The container's volume mounts, each a Secret volume projected into a directory of the test's
+/// and kept in step with its Secret: `(mountPath, directory)`, and the tasks that keep them.
+/// Like a kubelet, waits (60 s at most) for a Secret that does not exist yet.
+async fn secret_volumes(
+    cp: &ControlPlane,
+    pod: &str,
+    namespace: &str,
+    spec: &Value,
+    container: &Value,
+    allowed: &[Rewrite],
+) -> (Vec<(String, PathBuf)>, Vec<tokio::task::AbortHandle>) {
+    let secrets: Api<Secret> = Api::namespaced(cp.client().await, namespace);
+    let (mut mounts, mut tasks) = (Vec::new(), Vec::new());
+    for mount in container["volumeMounts"].as_array().into_iter().flatten() {
+        let volume_name = mount["name"].as_str().expect("volumeMount name");
+        let path = mount["mountPath"].as_str().expect("mountPath").trim_end_matches('/').to_owned();
+        assert!(
+            mount["subPath"].is_null(),
+            "{pod}: volumeMount {volume_name} has a subPath, which the runner does not provide"
+        );
+        let volume = spec["volumes"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|v| v["name"] == volume_name)
+            .unwrap_or_else(|| panic!("{pod}: volumeMount {volume_name} names no volume"));
+        let secret_name = volume["secret"]["secretName"]
+            .as_str()
+            .unwrap_or_else(|| {
+                panic!("{pod}: volume {volume_name} is not a Secret volume, which is all the runner provides")
+            })
+            .to_owned();
+        assert!(
+            volume["secret"]["items"].is_null(),
+            "{pod}: volume {volume_name} selects items, which the runner does not provide"
+        );
+        assert!(allowed.contains(&Rewrite::MountPath), "{pod}: mounting {path} needs Rewrite::MountPath");
+        let mut projected = SecretVolume::new(&cp.dir.join(pod).join("volumes").join(volume_name));
+        let mut current = None;
+        let waited = std::time::Instant::now();
+        while current.is_none() {
+            current = secrets.get_opt(&secret_name).await.expect("read the volume's Secret");
+            assert!(
+                current.is_some() || waited.elapsed() < std::time::Duration::from_secs(60),
+                "{pod}: Secret {namespace}/{secret_name} of volume {volume_name} never appeared"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        }
+        let mut current = current.expect("Secret");
+        projected.project(&current);
+        mounts.push((path, projected.dir.clone()));
+        let secrets = secrets.clone();
+        let task = tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+                if let Ok(Some(now)) = secrets.get_opt(&secret_name).await
+                    && now.data != current.data
+                {
+                    projected.project(&now);
+                    current = now;
+                }
+            }
+        });
+        tasks.push(task.abort_handle());
+    }
+    (mounts, tasks)
 }
 
 /// `--flag=0.0.0.0:<port>` naming a declared container port → `--flag=127.0.0.1:<free port>`,

@@ -2,8 +2,26 @@
 //! withdrawal spread over many namespaces is paced as one; a copy that slipped past the webhook is
 //! collected on its own event; a leader that cannot renew stops deleting before another may start,
 //! and a clean stop hands the Lease over at once.
+//!
+//! Each runs deploy/'s pruner as installed (overlays/dev: enforcing) through the pod runner, under
+//! its own ServiceAccount, on a control plane of its own; the timings it shortens are in the test.
 
 use edgegate_system_tests::helpers::*;
+use edgegate_system_tests::pod::{Render, Rewrite, RunningPod, run};
+
+/// The shipped install with the pruner's `flags` set, on a control plane of its own; and its
+/// admin client.
+async fn installed(name: &str, flags: &[&str]) -> (ControlPlane, Render, Client) {
+    let cp = ControlPlane::own();
+    let render = Render::tuned(name, &["overlays/dev"], &[], &[("edgegate-pruner", flags)]);
+    render.apply_but_admission(&cp);
+    let client = cp.client().await;
+    (cp, render, client)
+}
+
+async fn pruner(cp: &ControlPlane, render: &Render, replica: usize) -> RunningPod {
+    run(cp, render, "edgegate-pruner", replica, &[Rewrite::ListenAddress]).await
+}
 
 /// The pid of a process under its watchdog, signalled by name (`STOP`, `CONT`, `TERM`).
 fn signal(p: &Process, name: &str) {
@@ -25,9 +43,7 @@ fn leads(p: &Process) -> bool {
 async fn a_withdrawal_over_many_namespaces_is_paced_as_one() {
     const TEST: &str = "pace";
     const NAMESPACES: usize = 200;
-    let cp = shared();
-    let client = cp.client().await;
-    install_crd(&client).await;
+    let (cp, render, client) = installed("safety-pace", &["--max-deletes-per-second=20", "--grace=0s"]).await;
     let names: Vec<String> = (0..NAMESPACES).map(|i| format!("pace-{i:03}")).collect();
     futures::future::join_all(names.iter().enumerate().map(async |(i, ns)| {
         namespace(&client, ns, &[]).await;
@@ -36,8 +52,10 @@ async fn a_withdrawal_over_many_namespaces_is_paced_as_one() {
         create(&client, ns, &slice(TEST, "vm", true, &[&address]), false).await.expect("copy");
     }))
     .await;
-    let pruner = start_pruner(cp, TEST, &cp.kubeconfig, &["--no-leader-election", "--max-deletes-per-second=20"]);
-    until_ready("pruner ready", &pruner, None).await;
+    let pod = pruner(&cp, &render, 0).await;
+    let pruner = &pod.process;
+    until_ready("pruner ready", pruner, None).await;
+    eventually(Duration::from_secs(30), "the pruner leads", async || leads(pruner)).await;
     futures::future::join_all(names.iter().map(async |ns| set_record(&client, ns, &[]).await)).await;
     let started = Instant::now();
     let slices: Api<EndpointSlice> = Api::all(client.clone());
@@ -47,12 +65,13 @@ async fn a_withdrawal_over_many_namespaces_is_paced_as_one() {
     })
     .await;
     let took = started.elapsed();
-    let m = metrics(&pruner);
+    let m = metrics(pruner);
     eprintln!("{NAMESPACES} namespaces withdrawn at once at 20/s: all deleted after {took:?}");
     assert!(took >= Duration::from_millis(9_500), "paced across namespaces: {took:?}");
     assert_eq!(counter(&m, "edgegate_prune_deletions_total{result=\"deleted\"}"), NAMESPACES as u64, "{m}");
     assert_eq!(counter(&m, "edgegate_prune_deletions_total{result=\"gone\"}"), 0, "none deleted twice: {m}");
     assert_eq!(deleted_lines(&pruner.log()), NAMESPACES);
+    cp.assert_nothing_refused();
 }
 
 /// A copy written while the webhook did not judge it (warn mode, failurePolicy Ignore, a bypass)
@@ -60,13 +79,12 @@ async fn a_withdrawal_over_many_namespaces_is_paced_as_one() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_copy_that_slipped_past_the_webhook_is_collected_at_once() {
     const TEST: &str = "slipped";
-    let cp = shared();
-    let client = cp.client().await;
-    install_crd(&client).await;
+    let (cp, render, client) = installed("safety-slipped", &["--resync=10m", "--grace=1s"]).await;
     namespace(&client, "slipped-a", &[]).await;
     set_record(&client, "slipped-a", &["fd20:0:8::1"]).await;
-    let pruner = start_pruner(cp, TEST, &cp.kubeconfig, &["--no-leader-election", "--resync=10m", "--grace=1s"]);
-    until_ready("pruner ready", &pruner, None).await;
+    let pod = pruner(&cp, &render, 0).await;
+    until_ready("pruner ready", &pod.process, None).await;
+    eventually(Duration::from_secs(30), "the pruner leads", async || leads(&pod.process)).await;
     tokio::time::sleep(Duration::from_millis(500)).await; // the pass after the list has run
     let started = Instant::now();
     create(&client, "slipped-a", &slice(TEST, "slipped", true, &["fd20:0:8::9"]), false).await.expect("no webhook");
@@ -78,6 +96,7 @@ async fn a_copy_that_slipped_past_the_webhook_is_collected_at_once() {
     eprintln!("a copy created past the webhook (grace 1 s, resync 10 min): deleted after {took:?}");
     assert!(took >= Duration::from_millis(900), "held for the grace: {took:?}");
     assert!(took < Duration::from_secs(4), "collected on its event, within grace + a little: {took:?}");
+    cp.assert_nothing_refused();
 }
 
 /// Two pruners on one Lease. The leader is stopped (SIGSTOP) in the middle of a paced withdrawal
@@ -86,18 +105,17 @@ async fn a_copy_that_slipped_past_the_webhook_is_collected_at_once() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_leader_that_cannot_renew_stops_deleting_and_a_clean_stop_hands_over() {
     const TEST: &str = "lease";
-    let cp = shared();
-    let client = cp.client().await;
-    install_crd(&client).await;
+    let (cp, render, client) =
+        installed("safety-lease", &["--lease-duration=4s", "--max-deletes-per-second=1", "--grace=0s"]).await;
     namespace(&client, "lease-a", &[]).await;
     set_record(&client, "lease-a", &["fd20:0:9::ffff"]).await;
-    let args =
-        ["--lease-name=e2e-lease", "--lease-namespace=default", "--lease-duration=4s", "--max-deletes-per-second=1"];
-    let first = start_pruner(cp, TEST, &cp.kubeconfig, &[&args[..], &["--identity=first"]].concat());
-    eventually(Duration::from_secs(30), "the first pruner leads", async || leads(&first)).await;
-    let second = start_pruner(cp, TEST, &cp.kubeconfig, &[&args[..], &["--identity=second"]].concat());
-    until_ready("the second pruner ready", &second, None).await;
-    assert!(!leads(&second), "one leader");
+    let first_pod = pruner(&cp, &render, 0).await;
+    let first = &first_pod.process;
+    eventually(Duration::from_secs(30), "the first pruner leads", async || leads(first)).await;
+    let second_pod = pruner(&cp, &render, 1).await;
+    let second = &second_pod.process;
+    until_ready("the second pruner ready", second, None).await;
+    assert!(!leads(second), "one leader");
 
     for i in 0..20 {
         let address = format!("fd20:0:9::{:x}", i + 1);
@@ -105,22 +123,22 @@ async fn a_leader_that_cannot_renew_stops_deleting_and_a_clean_stop_hands_over()
     }
     set_record(&client, "lease-a", &[]).await;
     eventually(Duration::from_secs(30), "the leader deleting", async || deleted_lines(&first.log()) >= 2).await;
-    signal(&first, "STOP");
+    signal(first, "STOP");
     let stopped = Instant::now();
-    eventually(Duration::from_secs(30), "the second pruner takes over", async || leads(&second)).await;
+    eventually(Duration::from_secs(30), "the second pruner takes over", async || leads(second)).await;
     eprintln!("leader stopped → the other leads after {:?} (lease 4 s)", stopped.elapsed());
     tokio::time::sleep(Duration::from_secs(1)).await;
     let before = deleted_lines(&first.log());
-    signal(&first, "CONT");
+    signal(first, "CONT");
     // Resumed: its paced deletions are due at once, but its deadline has passed.
     tokio::time::sleep(Duration::from_secs(3)).await;
     let log = first.log();
     assert_eq!(deleted_lines(&log), before, "the old leader deleted after it resumed:\n{log}");
-    assert!(!leads(&first), "it follows now");
+    assert!(!leads(first), "it follows now");
 
-    signal(&second, "TERM");
+    signal(second, "TERM");
     let handed = Instant::now();
-    eventually(Duration::from_secs(10), "the first pruner leads again", async || leads(&first)).await;
+    eventually(Duration::from_secs(10), "the first pruner leads again", async || leads(first)).await;
     let took = handed.elapsed();
     eprintln!("clean stop of the leader → the other leads after {took:?}");
     assert!(took <= Duration::from_secs(2), "a released Lease is taken within 2 s: {took:?}");
@@ -129,4 +147,5 @@ async fn a_leader_that_cannot_renew_stops_deleting_and_a_clean_stop_hands_over()
         slices.list(&Default::default()).await.is_ok_and(|l| l.items.is_empty())
     })
     .await;
+    cp.assert_nothing_refused();
 }

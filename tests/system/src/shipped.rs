@@ -1,0 +1,151 @@
+//! What an operator does around the shipped render, for the suites that run it through the pod
+//! runner ([`crate::pod`]): a kustomization of deploy/ with a test's shorter timings as a patch,
+//! applied as the docs say; project control planes handed to the producer the way
+//! docs/producer.md says (a ServiceAccount there bound to `edgegate-producer-project`, its
+//! kubeconfig a key of the hub's Secret `edgegate-producer-projects`); and the webhook registered
+//! by URL where the API server cannot reach a Pod through its Service.
+
+use k8s_openapi::api::core::v1::{Secret, ServiceAccount};
+use kube::Api;
+use kube::api::{Patch, PatchParams, PostParams};
+use serde_json::{Value, json};
+
+use crate::control_plane::ControlPlane;
+use crate::helpers::base64;
+use crate::pod::{Render, kustomization_with};
+
+/// The namespace deploy/ installs into.
+pub const NAMESPACE: &str = "edgegate-system";
+
+/// The Secret the producer's `projects` volume mounts.
+const PROJECTS_SECRET: &str = "edgegate-producer-projects";
+
+impl Render {
+    /// `resources` and `components` of deploy/ rendered as a user's kustomization named `name`,
+    /// with `flags` set on the named Deployments' first container by a patch: a flag the render
+    /// already has is replaced in place, any other appended. The patch is printed, and the
+    /// flags are in the test that calls this: shorter timings than the shipped ones, visibly.
+    pub fn tuned(name: &str, resources: &[&str], components: &[&str], flags: &[(&str, &[&str])]) -> Render {
+        let shipped = Render::of(&kustomization_with(name, resources, components, ""));
+        let mut patches = String::from("patches:\n");
+        for (deployment, set) in flags {
+            let args = shipped.get("Deployment", deployment)["spec"]["template"]["spec"]["containers"][0]["args"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default();
+            let ops: Vec<Value> = set
+                .iter()
+                .map(|flag| {
+                    let key = flag.split_once('=').map_or(*flag, |(k, _)| k);
+                    let at = args.iter().position(|a| {
+                        a.as_str().is_some_and(|a| a == key || a.starts_with(&format!("{key}=")))
+                    });
+                    match at {
+                        Some(i) => json!({"op": "replace", "path": format!("/spec/template/spec/containers/0/args/{i}"), "value": flag}),
+                        None => json!({"op": "add", "path": "/spec/template/spec/containers/0/args/-", "value": flag}),
+                    }
+                })
+                .collect();
+            patches.push_str(&format!(
+                "  - target: {{kind: Deployment, name: {deployment}}}\n    patch: '{}'\n",
+                serde_json::to_string(&ops).expect("json").replace('\'', "''")
+            ));
+        }
+        eprintln!("{name}: the shipped render with\n{patches}");
+        Render::of(&kustomization_with(name, resources, components, &patches))
+    }
+
+    /// Apply everything but the admission configurations (which name a Service no API server
+    /// here can reach; a test registers its webhook by URL instead, [`register_webhook`]).
+    pub fn apply_but_admission(&self, cp: &ControlPlane) {
+        self.apply(cp, |o| !o["kind"].as_str().unwrap_or_default().ends_with("WebhookConfiguration"));
+    }
+}
+
+/// Hand project control plane `project` to the hub's producer as project `name`, as
+/// docs/producer.md says: the render's ClusterRole `edgegate-producer-project` applied there and
+/// bound to a ServiceAccount of its own, whose token's kubeconfig (CA embedded, as a kubeconfig
+/// in a Secret must be) is key `<name>.kubeconfig` of the hub's Secret `edgegate-producer-projects`.
+pub async fn add_project(hub: &ControlPlane, render: &Render, name: &str, project: &ControlPlane) {
+    let role = render.get("ClusterRole", "edgegate-producer-project");
+    render_objects_apply(project, std::slice::from_ref(role));
+    let client = project.client().await;
+    crate::helpers::namespace(&client, NAMESPACE, &[]).await;
+    let binding = json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+        "metadata": {"name": "edgegate-producer-project"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "edgegate-producer-project"},
+        "subjects": [{"kind": "ServiceAccount", "name": "edgegate-producer", "namespace": NAMESPACE}],
+    });
+    render_objects_apply(project, &[binding]);
+    let accounts: Api<ServiceAccount> = Api::namespaced(client, NAMESPACE);
+    let account = json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "edgegate-producer"}});
+    accounts
+        .patch("edgegate-producer", &PatchParams::apply("operator").force(), &Patch::Apply(&account))
+        .await
+        .expect("project ServiceAccount");
+    let request = k8s_openapi::api::authentication::v1::TokenRequest {
+        spec: Some(k8s_openapi::api::authentication::v1::TokenRequestSpec {
+            expiration_seconds: Some(86_400),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let token = accounts
+        .create_token_request("edgegate-producer", &PostParams::default(), &request)
+        .await
+        .expect("project token")
+        .status
+        .and_then(|s| s.token)
+        .expect("token");
+    let ca = std::fs::read(project.dir.join("ca.crt")).expect("project CA");
+    let kubeconfig = format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: project\n  cluster:\n    server: {}\n    certificate-authority-data: {}\n\
+         users:\n- name: producer\n  user:\n    token: {token}\n\
+         contexts:\n- name: project\n  context: {{cluster: project, user: producer}}\ncurrent-context: project\n",
+        project.server,
+        base64(&ca),
+    );
+    let data = json!({ format!("{name}.kubeconfig"): base64(kubeconfig.as_bytes()) });
+    set_projects(hub, data).await;
+}
+
+/// Take project `name` out of the hub's Secret `edgegate-producer-projects`.
+pub async fn remove_project(hub: &ControlPlane, name: &str) {
+    set_projects(hub, json!({ format!("{name}.kubeconfig"): null })).await;
+}
+
+async fn set_projects(hub: &ControlPlane, data: Value) {
+    let secrets: Api<Secret> = Api::namespaced(hub.client().await, NAMESPACE);
+    if secrets.get_opt(PROJECTS_SECRET).await.expect("read projects Secret").is_none() {
+        let empty = json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": PROJECTS_SECRET}, "data": {}});
+        secrets
+            .create(&PostParams::default(), &serde_json::from_value(empty).expect("secret"))
+            .await
+            .expect("create projects Secret");
+    }
+    secrets
+        .patch(PROJECTS_SECRET, &PatchParams::default(), &Patch::Merge(&json!({"data": data})))
+        .await
+        .expect("patch projects Secret");
+}
+
+fn render_objects_apply(cp: &ControlPlane, objects: &[Value]) {
+    Render { objects: objects.to_vec() }.apply(cp, |_| true);
+}
+
+/// deploy/'s ValidatingWebhookConfiguration as the render has it (enforcing), pointed by URL at
+/// a webhook Pod's `https` port on loopback with the render's own CA (the Secret
+/// `edgegate-webhook-tls`'s `ca.crt`), and scoped to namespaces labelled `edgegate-e2e=<scope>`.
+/// The one difference from the shipped path: the API server dials the port, not the Service.
+pub async fn register_webhook(cp: &ControlPlane, render: &Render, port: u16, scope: &str) {
+    let mut vwc = render.get("ValidatingWebhookConfiguration", "edgegate").clone();
+    let tls = render.get("Secret", "edgegate-webhook-tls");
+    let ca = tls["data"]["ca.crt"].as_str().expect("the render's Secret edgegate-webhook-tls has ca.crt");
+    for hook in vwc["webhooks"].as_array_mut().expect("webhooks") {
+        hook["clientConfig"] = json!({"url": format!("https://127.0.0.1:{port}/validate"), "caBundle": ca});
+        hook["namespaceSelector"]["matchLabels"] = json!({"edgegate-e2e": scope});
+    }
+    vwc["metadata"] = json!({"name": format!("edgegate-{scope}")});
+    render_objects_apply(cp, &[vwc]);
+}
