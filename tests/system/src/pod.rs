@@ -169,7 +169,10 @@ pub async fn run(
     }
     let text = container.to_string();
     assert!(!text.contains("$("), "{deployment}: $(VAR) references are not expanded by the runner");
-    let account = spec["serviceAccountName"].as_str().expect("serviceAccountName").to_owned();
+    // Without automountServiceAccountToken (a Karmada host's binaries, which reach the hub through
+    // a mounted kubeconfig) the Pod gets no credentials of its own.
+    let automount = spec["automountServiceAccountToken"].as_bool() != Some(false);
+    let account = spec["serviceAccountName"].as_str().unwrap_or("default").to_owned();
     let name = format!("{deployment}-{replica}-{}", free_port());
     let client = cp.client().await;
 
@@ -184,29 +187,7 @@ pub async fn run(
     let pod = pods.create(&PostParams::default(), &pod).await.expect("create Pod");
     let uid = pod.metadata.uid.clone().expect("pod uid");
 
-    // Its ServiceAccount's token, bound to the Pod: what the kubelet projects.
-    let accounts: Api<ServiceAccount> = Api::namespaced(client, &namespace);
-    let request = TokenRequest {
-        spec: Some(TokenRequestSpec {
-            expiration_seconds: Some(3600),
-            bound_object_ref: Some(BoundObjectReference {
-                api_version: Some("v1".into()),
-                kind: Some("Pod".into()),
-                name: Some(name.clone()),
-                uid: Some(uid),
-            }),
-            ..Default::default()
-        }),
-        ..Default::default()
-    };
-    let token = accounts
-        .create_token_request(&account, &PostParams::default(), &request)
-        .await
-        .unwrap_or_else(|e| panic!("token of ServiceAccount {namespace}/{account}: {e}"))
-        .status
-        .and_then(|s| s.token)
-        .expect("token");
-    let kubeconfig = cp.kubeconfig_with_token(&format!("pod-{name}"), &token);
+    let kubeconfig = if automount { Some(pod_token(cp, client, &namespace, &account, &name, uid).await) } else { None };
 
     let mut rewrites = Vec::new();
     let (mounts, volume_sync) = secret_volumes(cp, &name, &namespace, spec, container, allowed).await;
@@ -253,8 +234,12 @@ pub async fn run(
     }
 
     // The container's environment: values, and the Pod's own name and namespace.
-    let mut env = vec![format!("KUBECONFIG={}", kubeconfig.display())];
-    rewrites.push(format!("in-cluster credentials → KUBECONFIG={} (ServiceAccount {account})", kubeconfig.display()));
+    let mut env = Vec::new();
+    if let Some(kubeconfig) = kubeconfig {
+        env.push(format!("KUBECONFIG={}", kubeconfig.display()));
+        rewrites
+            .push(format!("in-cluster credentials → KUBECONFIG={} (ServiceAccount {account})", kubeconfig.display()));
+    }
     for var in container["env"].as_array().into_iter().flatten() {
         let key = var["name"].as_str().expect("env name");
         let value = if let Some(value) = var["value"].as_str() {
@@ -280,8 +265,43 @@ pub async fn run(
     let log = cp.dir.join(format!("{name}.log"));
     std::fs::write(&log, format!("pod {namespace}/{name}, rewrites:\n  {}\n", rewrites.join("\n  "))).expect("log");
     let child = spawn_guarded(Path::new("env"), &full, &log);
-    let admin = ports.values().next().copied().unwrap_or_default();
+    // `Process::port` is where health and metrics are served, as the probes say.
+    let admin = ports.get("admin").or_else(|| ports.values().next()).copied().unwrap_or_default();
     RunningPod { process: Process { child, port: admin, log }, name, namespace, ports, rewrites, volume_sync }
+}
+
+/// A kubeconfig with ServiceAccount `account`'s token bound to Pod `pod`: what the kubelet
+/// projects into the Pod, as the binaries read it through `KUBECONFIG`.
+async fn pod_token(
+    cp: &ControlPlane,
+    client: kube::Client,
+    namespace: &str,
+    account: &str,
+    pod: &str,
+    uid: String,
+) -> PathBuf {
+    let accounts: Api<ServiceAccount> = Api::namespaced(client, namespace);
+    let request = TokenRequest {
+        spec: Some(TokenRequestSpec {
+            expiration_seconds: Some(3600),
+            bound_object_ref: Some(BoundObjectReference {
+                api_version: Some("v1".into()),
+                kind: Some("Pod".into()),
+                name: Some(pod.to_owned()),
+                uid: Some(uid),
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let token = accounts
+        .create_token_request(account, &PostParams::default(), &request)
+        .await
+        .unwrap_or_else(|e| panic!("token of ServiceAccount {namespace}/{account}: {e}"))
+        .status
+        .and_then(|s| s.token)
+        .expect("token");
+    cp.kubeconfig_with_token(&format!("pod-{pod}"), &token)
 }
 
 /// The container's volume mounts, each a Secret volume projected into a directory of the test's

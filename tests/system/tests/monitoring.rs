@@ -7,6 +7,8 @@ use std::collections::BTreeSet;
 use std::process::Command;
 
 use edgegate_system_tests::helpers::*;
+use edgegate_system_tests::pod::{Render, Rewrite, kustomization_with, run};
+use edgegate_system_tests::shipped::add_project;
 
 fn promtool() -> PathBuf {
     let out = Command::new(repo().join("tests/promtool/build.sh")).output().expect("tests/promtool/build.sh runs");
@@ -108,60 +110,61 @@ fn exported(scrape: &str, name: &str) -> bool {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_metric_the_alerts_and_dashboard_use_is_exported() {
-    let cp = shared();
-    let client = cp.client().await;
-    install_crd(&client).await;
-    let webhook = start_webhook(cp, &cp.kubeconfig);
-    // The pruner runs as a Karmada hub's does: on a ServiceAccount token that expires.
-    namespace(&client, "monitoring", &[]).await;
-    let token = cp.service_account_kubeconfig("monitoring", "edgegate-pruner", Some("cluster-admin"), 90 * 86400).await;
-    // --exact-spelling, as components/policy sets it: an alert reads the gauges it adds.
-    let pruner = start_pruner(cp, "monitoring", &token, &["--no-leader-election", "--exact-spelling"]);
-    let port = free_port();
-    let producer = Process {
-        child: spawn_guarded(
-            &binary("edgegate-producer"),
-            &[
-                format!("--kubeconfig={}", cp.kubeconfig.display()),
-                format!("--project-kubeconfig={}", cp.kubeconfig.display()),
-                format!("--listen=127.0.0.1:{port}"),
-                "--no-leader-election".to_owned(),
-            ],
-            &cp.dir.join(format!("producer-{port}.log")),
-        ),
-        port,
-        log: cp.dir.join(format!("producer-{port}.log")),
-    };
-    let ca = dev_certs().join("ca.crt");
-    until_ready("webhook ready", &webhook, Some(&ca)).await;
+    // The three binaries as installed with the producer and components/policy (which sets the
+    // pruner's --exact-spelling: an alert reads the gauges it adds), each under its own
+    // ServiceAccount; the hub is its own producer's one project.
+    let cp = ControlPlane::own();
+    let render = Render::of(&kustomization_with(
+        "monitoring",
+        &["overlays/dev"],
+        &["components/producer", "components/policy"],
+        "",
+    ));
+    render.apply_but_admission(&cp);
+    add_project(&cp, &render, "hub", &cp).await;
+    let both = [Rewrite::ListenAddress, Rewrite::MountPath];
+    let webhook = run(&cp, &render, "edgegate-webhook", 0, &both).await;
+    let pruner = run(&cp, &render, "edgegate-pruner", 0, &both).await;
+    let producer = run(&cp, &render, "edgegate-producer", 0, &both).await;
+    let ca = deploy_dev_certs().join("ca.crt");
     // One review, so the review counter has a series (its labels come from the reviews).
+    let https = webhook.port("https");
+    until_ready("webhook ready", &webhook.process, None).await;
     let review = Command::new("curl")
         .args(["-s", "--cacert"])
         .arg(&ca)
         .args(["-H", "Content-Type: application/json", "--data-binary"])
         .arg(format!("@{}", repo().join("tests/fixtures/copy-create.json").display()))
-        .arg(format!("https://127.0.0.1:{}/validate", webhook.port))
+        .arg(format!("https://localhost:{https}/validate"))
         .output()
         .expect("curl");
     assert!(String::from_utf8_lossy(&review.stdout).contains("\"allowed\""), "a review is answered");
     // The spelling gauges are set once the pruner's caches are whole, not at once.
     eventually(Duration::from_secs(30), "the pruner counts spellings", async || {
-        metrics(&pruner).contains("edgegate_prune_noncanonical_addresses{")
+        metrics(&pruner.process).contains("edgegate_prune_noncanonical_addresses{")
     })
     .await;
+    // The pruner as a Karmada host runs it (overlays/karmada-hub/host): no credentials of its
+    // own, the hub's through a kubeconfig of a ServiceAccount token that nothing renews (90
+    // days, as docs/deploy.md makes it), mounted from the Secret the docs name; this one plane
+    // plays host and hub. Its token's expiry is what an alert watches.
+    let hub_kubeconfig = cp.service_account_kubeconfig("edgegate-system", "edgegate-pruner", None, 90 * 86400).await;
+    let secret = json!({"apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": "edgegate-pruner-hub-kubeconfig", "namespace": "edgegate-system"},
+        "stringData": {"kubeconfig": std::fs::read_to_string(&hub_kubeconfig).expect("kubeconfig")}});
+    Render { objects: vec![secret] }.apply(&cp, |_| true);
+    let host = Render::of(&kustomization_with("monitoring-karmada-host", &["overlays/karmada-hub/host"], &[], ""));
+    let karmada_pruner = run(&cp, &host, "edgegate-pruner", 0, &both).await;
     let mut scrapes = String::new();
-    for (what, url, ca) in [
-        ("webhook", format!("https://127.0.0.1:{}/metrics", webhook.port), Some(&ca)),
-        ("pruner", format!("http://127.0.0.1:{}/metrics", pruner.port), None),
-        ("producer", format!("http://127.0.0.1:{}/metrics", producer.port), None),
+    for (what, pod) in [
+        ("webhook", &webhook),
+        ("pruner", &pruner),
+        ("producer", &producer),
+        ("Karmada host's pruner", &karmada_pruner),
     ] {
-        eventually(Duration::from_secs(30), what, async || http_status(&url, ca.map(PathBuf::as_path)) == 200).await;
-        let mut cmd = Command::new("curl");
-        cmd.args(["-s", &url]);
-        if let Some(ca) = ca {
-            cmd.arg("--cacert").arg(ca);
-        }
-        scrapes.push_str(&String::from_utf8_lossy(&cmd.output().expect("curl").stdout));
+        let url = format!("http://127.0.0.1:{}/metrics", pod.port("admin"));
+        eventually(Duration::from_secs(30), what, async || http_status(&url, None) == 200).await;
+        scrapes.push_str(&metrics(&pod.process));
     }
     let expiry = scrapes
         .lines()
@@ -170,10 +173,15 @@ async fn every_metric_the_alerts_and_dashboard_use_is_exported() {
         .expect("the pruner exports its token's expiry");
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("clock").as_secs_f64();
     let days = (expiry - now) / 86400.0;
-    eprintln!("the pruner's hub token expires in {days:.2} days");
+    eprintln!("the Karmada host pruner's hub token expires in {days:.2} days");
     assert!((89.0..=90.1).contains(&days), "{days} days");
+    assert!(
+        !metrics(&pruner.process).contains("edgegate_hub_token_expiry_timestamp_seconds"),
+        "in a Pod of the hub's own, the kubelet renews the token: no expiry to watch"
+    );
     let names = names_used();
     assert!(names.len() >= 12, "{names:?}");
     let missing: Vec<&String> = names.iter().filter(|n| !exported(&scrapes, n)).collect();
     assert!(missing.is_empty(), "named by the alerts or the dashboard, exported by no binary: {missing:?}");
+    cp.assert_nothing_refused();
 }
