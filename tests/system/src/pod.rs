@@ -31,6 +31,7 @@ use serde_json::{Value, json};
 
 use crate::control_plane::{ControlPlane, spawn_guarded};
 use crate::helpers::{Process, binary, free_port};
+use crate::netns::{NetNs, relayed_kubeconfig};
 use crate::secret_volume::SecretVolume;
 
 /// The kinds of rewrite a test allows the runner ([`run`] fails on any other).
@@ -148,6 +149,31 @@ pub async fn run(
     replica: usize,
     allowed: &[Rewrite],
 ) -> RunningPod {
+    run_placed(cp, render, deployment, replica, allowed, None).await
+}
+
+/// [`run`] inside network namespace `netns`, the Pod's own network: its listen addresses stay as
+/// rendered (reach them with [`NetNs::curl`]), and it reaches the API server only through the
+/// namespace's link. One Pod per namespace.
+pub async fn run_in(
+    cp: &ControlPlane,
+    render: &Render,
+    deployment: &str,
+    replica: usize,
+    allowed: &[Rewrite],
+    netns: &NetNs,
+) -> RunningPod {
+    run_placed(cp, render, deployment, replica, allowed, Some(netns)).await
+}
+
+async fn run_placed(
+    cp: &ControlPlane,
+    render: &Render,
+    deployment: &str,
+    replica: usize,
+    allowed: &[Rewrite],
+    netns: Option<&NetNs>,
+) -> RunningPod {
     let object = render.get("Deployment", deployment);
     let namespace = object["metadata"]["namespace"].as_str().expect("Deployment namespace").to_owned();
     let template = &object["spec"]["template"];
@@ -187,7 +213,11 @@ pub async fn run(
     let pod = pods.create(&PostParams::default(), &pod).await.expect("create Pod");
     let uid = pod.metadata.uid.clone().expect("pod uid");
 
-    let kubeconfig = if automount { Some(pod_token(cp, client, &namespace, &account, &name, uid).await) } else { None };
+    let mut kubeconfig =
+        if automount { Some(pod_token(cp, client, &namespace, &account, &name, uid).await) } else { None };
+    if let (Some(_), Some(direct)) = (netns, &kubeconfig) {
+        kubeconfig = Some(relayed_kubeconfig(cp, direct, &format!("pod-{name}-relayed.kubeconfig")).await);
+    }
 
     let mut rewrites = Vec::new();
     let (mounts, volume_sync) = secret_volumes(cp, &name, &namespace, spec, container, allowed).await;
@@ -223,7 +253,7 @@ pub async fn run(
     let mut ports = BTreeMap::new();
     let mut args = command[1..].to_vec();
     for arg in strings(&container["args"]) {
-        let rewritten = listen_rewrite(&arg, &declared, &mut ports);
+        let rewritten = if netns.is_some() { None } else { listen_rewrite(&arg, &declared, &mut ports) };
         if let Some(new) = rewritten {
             assert!(allowed.contains(&Rewrite::ListenAddress), "{deployment}: {arg} needs Rewrite::ListenAddress");
             rewrites.push(format!("{arg} → {new}"));
@@ -262,9 +292,22 @@ pub async fn run(
     full.extend(env);
     full.push(program.display().to_string());
     full.extend(args);
+    if netns.is_some() {
+        // Listening where it was rendered to: each declared port, in the Pod's own network.
+        for (port, port_name) in &declared {
+            ports.insert(port_name.clone(), u16::try_from(*port).expect("port"));
+        }
+    }
     let log = cp.dir.join(format!("{name}.log"));
     std::fs::write(&log, format!("pod {namespace}/{name}, rewrites:\n  {}\n", rewrites.join("\n  "))).expect("log");
-    let child = spawn_guarded(Path::new("env"), &full, &log);
+    let child = match netns {
+        None => spawn_guarded(Path::new("env"), &full, &log),
+        Some(netns) => {
+            let inside: Vec<String> =
+                ["netns", "exec", &netns.name, "env"].into_iter().map(str::to_owned).chain(full).collect();
+            spawn_guarded(Path::new("ip"), &inside, &log)
+        }
+    };
     // `Process::port` is where health and metrics are served, as the probes say.
     let admin = ports.get("admin").or_else(|| ports.values().next()).copied().unwrap_or_default();
     RunningPod { process: Process { child, port: admin, log }, name, namespace, ports, rewrites, volume_sync }

@@ -1,11 +1,22 @@
 //! Faults on the real control plane during a mass withdrawal: the namespace's record is emptied
 //! over 2,000 copies, deletions paced, and kube-apiserver (then etcd) is stopped and started again
 //! in the middle. No copy outside that namespace may go, none may be deleted twice, and the
-//! withdrawal must resume on its own and finish soon after the API server is back.
+//! withdrawal must resume on its own and finish soon after the API server is back. And the pruner
+//! cut off from the API server in the middle of a paced withdrawal, the addresses named again
+//! behind its back: nothing more is deleted.
+//!
+//! The pruner is deploy/'s (overlays/dev, enforcing), run through the pod runner under its own
+//! ServiceAccount; the timings each test shortens are in the test.
 
 use edgegate_system_tests::helpers::*;
-use edgegate_system_tests::netns::{NetNs, kubeconfig_through_link};
+use edgegate_system_tests::netns::NetNs;
+use edgegate_system_tests::pod::{Render, Rewrite, run, run_in};
 use futures::StreamExt;
+
+/// The shipped install with the pruner's `flags` set (`name`: the test's kustomization).
+fn tuned(name: &str, flags: &[&str]) -> Render {
+    Render::tuned(name, &["overlays/dev"], &[], &[("edgegate-pruner", flags)])
+}
 
 const COPIES: usize = 2000;
 
@@ -25,7 +36,8 @@ async fn withdrawal_survives(fault: &'static str) {
     let _serial = ONE_AT_A_TIME.lock().await;
     let cp = ControlPlane::own();
     let client = cp.client().await;
-    install_crd(&client).await;
+    let render = tuned(&format!("faults-{fault}"), &["--max-deletes-per-second=400", "--grace=0s"]);
+    render.apply_but_admission(&cp);
     for ns in ["withdrawn", "served", "unrecorded"] {
         namespace(&client, ns, &[]).await;
     }
@@ -54,16 +66,13 @@ async fn withdrawal_survives(fault: &'static str) {
             .expect("create");
     }
 
-    let pruner = start_pruner(
-        &cp,
-        "faults",
-        &cp.kubeconfig,
-        &["--no-leader-election", "--max-deletes-per-second=400", "--resync=60s"],
-    );
+    let pod = run(&cp, &render, "edgegate-pruner", 0, &[Rewrite::ListenAddress]).await;
+    let pruner = &pod.process;
     eventually(Duration::from_secs(60), "pruner ready", async || {
         http_status(&format!("http://127.0.0.1:{}/readyz", pruner.port), None) == 200
     })
     .await;
+    eventually(Duration::from_secs(30), "the pruner leads", async || metrics(pruner).contains("edgegate_leader 1")).await;
     let count = async |ns: &str| copies_in(&client, ns).await;
 
     let wait_count = async |what: &str, done: &dyn Fn(usize) -> bool| {
@@ -89,7 +98,7 @@ async fn withdrawal_survives(fault: &'static str) {
     let left_at_back = count("withdrawn").await;
     let (resumed, _) = wait_count("deleting again", &|n| n < left_at_back).await;
     let (took, _) = wait_count("withdrawal complete", &|n| n == 0).await;
-    let text = metrics(&pruner);
+    let text = metrics(pruner);
     let deleted = counter(&text, "edgegate_prune_deletions_total{result=\"deleted\"}");
     let gone = counter(&text, "edgegate_prune_deletions_total{result=\"gone\"}");
     eprintln!(
@@ -106,6 +115,7 @@ async fn withdrawal_survives(fault: &'static str) {
     assert!(resumed <= Duration::from_secs(5), "resumed {resumed:?} after the API server was back");
     let budget = Duration::from_secs(5) + Duration::from_secs_f64(1.5 * left_at_back as f64 / rate_before);
     assert!(took <= budget, "finished {took:?} after the API server was back ({left_at_back} left; budget {budget:?})");
+    cp.assert_nothing_refused();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -118,18 +128,22 @@ async fn mass_withdrawal_survives_an_etcd_restart() {
     withdrawal_survives("etcd").await;
 }
 
-/// The pruner in a network namespace whose only way to the API server is one veth link, and the
-/// link dropped: it deletes nothing while cut off (not even once the record is emptied behind its
-/// back), says so on /readyz, and resumes on its own soon after the link heals.
+/// The pruner in a network namespace (its Pod's own network) whose only way to the API server is
+/// one veth link. The record empties and the pruner starts its paced withdrawal (1 a second, so
+/// most deletions are still queued); the link drops; the addresses are named again behind its
+/// back; the link heals. Nothing more may be deleted: a queued deletion is no decision, and the
+/// record it was decided on is gone. It says it is cut off on /readyz, and is ready again soon
+/// after the link heals.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn pruner_cut_off_from_the_api_server() {
+async fn pruner_cut_off_mid_withdrawal_deletes_nothing_named_again() {
     if !runs_as_root("a network namespace") {
         return;
     }
     let _serial = ONE_AT_A_TIME.lock().await;
     let cp = ControlPlane::own();
     let client = cp.client().await;
-    install_crd(&client).await;
+    let render = tuned("faults-cut", &["--max-deletes-per-second=1", "--grace=0s"]);
+    render.apply_but_admission(&cp);
     for ns in ["cut", "bystander"] {
         namespace(&client, ns, &[]).await;
     }
@@ -144,54 +158,47 @@ async fn pruner_cut_off_from_the_api_server() {
     }
 
     let netns = NetNs::create();
-    let kubeconfig = kubeconfig_through_link(&cp, "netns.kubeconfig").await;
-
-    let port = free_port();
-    let log = cp.dir.join("pruner-netns.log");
-    let pruner_args = [
-        "netns".to_owned(),
-        "exec".to_owned(),
-        netns.name.clone(),
-        binary("edgegate-pruner").display().to_string(),
-        format!("--kubeconfig={}", kubeconfig.display()),
-        format!("--listen=127.0.0.1:{port}"),
-        format!("--copy-selector={COPY_LABEL}=true,edgegate-e2e=netns"),
-        "--no-leader-election".to_owned(),
-        "--resync=60s".to_owned(),
-        "--grace=0".to_owned(),
-    ];
-    let pruner = Process { child: spawn_guarded(Path::new("ip"), &pruner_args, &log), port, log };
-    let readyz = format!("http://127.0.0.1:{port}/readyz");
+    let pod = run_in(&cp, &render, "edgegate-pruner", 0, &[], &netns).await;
+    let admin = pod.port("admin");
+    let readyz = format!("http://127.0.0.1:{admin}/readyz");
     let ready = async |want: u16| netns.http_status(&readyz) == want;
-    eventually(Duration::from_secs(60), "pruner ready in the namespace", async || ready(200).await).await;
+    eventually(Duration::from_secs(60), "pruner ready in its network", async || ready(200).await).await;
+    let deleted = || {
+        counter(
+            &netns.curl(&[&format!("http://127.0.0.1:{admin}/metrics")]),
+            "edgegate_prune_deletions_total{result=\"deleted\"}",
+        )
+    };
     let count = async |ns: &str| copies_in(&client, ns).await;
 
+    // The withdrawal under way: two deleted, eighteen queued at one a second.
+    set_record(&client, "cut", &[]).await;
+    eventually(Duration::from_secs(60), "the paced withdrawal under way", async || count("cut").await <= 18).await;
     netns.link(false);
     let cut = Instant::now();
-    // Emptied while the pruner cannot see it: it must not act on what it last saw, nor on this.
-    set_record(&client, "cut", &[]).await;
-    let noticed = eventually(Duration::from_secs(40), "readiness reflects the cut", async || ready(503).await).await;
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    assert_eq!(count("cut").await, 20, "nothing deleted while cut off");
-    let deleted_while_cut = counter(
-        &netns.curl(&[&format!("http://127.0.0.1:{port}/metrics")]),
-        "edgegate_prune_deletions_total{result=\"deleted\"}",
-    );
-    assert_eq!(deleted_while_cut, 0, "no deletion counted while cut off");
+    tokio::time::sleep(Duration::from_secs(1)).await; // a DELETE already on the wire lands or not
+    let at_cut = count("cut").await;
+    set_record(&client, "cut", &all).await;
+    let noticed = eventually(Duration::from_secs(60), "readiness reflects the cut", async || ready(503).await).await;
+    // Long enough for every queued deletion to have come due (18 at 1/s) while cut off.
+    tokio::time::sleep(Duration::from_secs(20).saturating_sub(cut.elapsed())).await;
+    assert_eq!(count("cut").await, at_cut, "nothing deleted while cut off");
 
     let down = cut.elapsed();
     netns.link(true);
     let healed = Instant::now();
-    let resumed =
-        eventually(Duration::from_secs(60), "deleting again after the link heals", async || count("cut").await < 20)
-            .await;
-    eventually(Duration::from_secs(30), "withdrawal complete", async || count("cut").await == 0).await;
-    let done = healed.elapsed();
-    let ready_again = eventually(Duration::from_secs(30), "ready again", async || ready(200).await).await;
+    let ready_again = eventually(Duration::from_secs(60), "ready again", async || ready(200).await).await;
+    // What would act has had its chance: ready, so its caches are whole again, and then as long
+    // again as the rest of the queue (18 s at 1/s) would take.
+    tokio::time::sleep(Duration::from_secs(18)).await;
+    let left = count("cut").await;
     eprintln!(
-        "cut off {down:?}: not ready {noticed:?} after the cut; after the link healed, deleting again after {resumed:?}, \
-         all 20 gone after {done:?}; ready again {ready_again:?} after that"
+        "cut off {down:?} with {at_cut} of 20 copies left and the rest queued: not ready {noticed:?} after the cut; \
+         ready again {ready_again:?} after the link healed; {left} left {:?} after the heal ({} deletions counted)",
+        healed.elapsed(),
+        deleted()
     );
+    assert_eq!(left, at_cut, "a copy named again while the pruner was cut off was deleted after the heal\n{}", pod.log());
     assert_eq!(count("bystander").await, 20, "no copy outside the namespace is deleted");
-    assert!(resumed <= Duration::from_secs(5), "resumed {resumed:?} after the link healed\n{}", pruner.log());
+    cp.assert_nothing_refused();
 }
