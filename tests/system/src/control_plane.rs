@@ -425,19 +425,31 @@ impl ControlPlane {
         processes.iter().find(|p| p.name == name).expect("known process").program.clone()
     }
 
-    /// The requests by edgegate's ServiceAccounts this API server refused (403), from its audit
-    /// log: `user verb uri`, each once.
+    /// The requests by edgegate's ServiceAccounts this API server's authorizer refused (403, the
+    /// audit's `authorization.k8s.io/decision: forbid`; not an admission's 403, such as a write
+    /// into a terminating namespace), from its audit log: `user verb uri`, each once.
     pub fn refused(&self) -> Vec<String> {
-        let log = std::fs::read_to_string(self.dir.join("audit.log")).unwrap_or_default();
-        let mut refused: Vec<String> = log
-            .lines()
-            .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
-            .filter(|e| e["responseStatus"]["code"] == 403)
-            .filter(|e| e["user"]["groups"].as_array().is_some_and(|g| g.iter().any(|g| g == EDGEGATE_ACCOUNTS)))
-            .map(|e| format!("{} {} {}", e["user"]["username"], e["verb"], e["requestURI"]))
-            .collect();
+        let mut refused: Vec<String> = self.refused_at().into_iter().map(|(_, what)| what).collect();
         refused.dedup();
         refused
+    }
+
+    /// [`ControlPlane::refused`], each with when it was received.
+    pub fn refused_at(&self) -> Vec<(std::time::SystemTime, String)> {
+        let log = std::fs::read_to_string(self.dir.join("audit.log")).unwrap_or_default();
+        log.lines()
+            .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+            .filter(|e| e["responseStatus"]["code"] == 403)
+            .filter(|e| e["annotations"]["authorization.k8s.io/decision"] == "forbid")
+            .filter(|e| e["user"]["groups"].as_array().is_some_and(|g| g.iter().any(|g| g == EDGEGATE_ACCOUNTS)))
+            .map(|e| {
+                let at = e["requestReceivedTimestamp"].as_str().and_then(|t| humantime::parse_rfc3339(t).ok());
+                (
+                    at.unwrap_or(std::time::UNIX_EPOCH),
+                    format!("{} {} {}", e["user"]["username"], e["verb"], e["requestURI"]),
+                )
+            })
+            .collect()
     }
 
     /// No request by edgegate's ServiceAccounts was refused.

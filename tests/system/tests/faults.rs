@@ -72,7 +72,8 @@ async fn withdrawal_survives(fault: &'static str) {
         http_status(&format!("http://127.0.0.1:{}/readyz", pruner.port), None) == 200
     })
     .await;
-    eventually(Duration::from_secs(30), "the pruner leads", async || metrics(pruner).contains("edgegate_leader 1")).await;
+    eventually(Duration::from_secs(30), "the pruner leads", async || metrics(pruner).contains("edgegate_leader 1"))
+        .await;
     let count = async |ns: &str| copies_in(&client, ns).await;
 
     let wait_count = async |what: &str, done: &dyn Fn(usize) -> bool| {
@@ -198,7 +199,12 @@ async fn pruner_cut_off_mid_withdrawal_deletes_nothing_named_again() {
         healed.elapsed(),
         deleted()
     );
-    assert_eq!(left, at_cut, "a copy named again while the pruner was cut off was deleted after the heal\n{}", pod.log());
+    assert_eq!(
+        left,
+        at_cut,
+        "a copy named again while the pruner was cut off was deleted after the heal\n{}",
+        pod.log()
+    );
     assert_eq!(count("bystander").await, 20, "no copy outside the namespace is deleted");
     cp.assert_nothing_refused();
 }

@@ -7,12 +7,21 @@
 //!    after the address was served again following a break longer than that (the news cannot
 //!    have reached the pruner: counted as a race); no write is refused whose address has been
 //!    served, without a break, for that long (outside faults);
-//! 2. always collect what stopped serving: outside faults, a copy whose address no longer serves
-//!    is gone within `withdraw-after + grace + slack` (the distribution is reported);
+//!    A deletion by the pruner of a copy whose address the hub's record had named again for more
+//!    than 1 s (by the checker's own watch of the records, which trails the hub) is a violation
+//!    too: so a race is counted only while the record did not name the address yet.
+//! 2. always collect what stopped serving: a copy whose address no longer serves is gone within
+//!    `withdraw-after + grace + slack`, counted from when it stopped serving or from the end (plus
+//!    recovery) of the last fault that could delay a collection, whichever is later (the
+//!    distribution is reported); and after the settle that ends every run, no copy whose address
+//!    is unserved remains ([`Checker::sweep`]);
 //! 3. never shrink from a partial view: no record loses, while the project is cut off, an
 //!    address that was served when the cut began;
-//! 4. no write storms: each binary writes as its own identity, and the hub's audit log shows the
-//!    pruners' deletions per second within their pacing (mod.rs; the watch's count is reported too).
+//! 4. no write storms: each binary writes as its own identity (its Pod's bound token), and the
+//!    hub's audit log shows each pruner Pod's deletions per second within its pacing (mod.rs; the
+//!    watch's count is reported too);
+//! 5. deploy/'s RBAC is enough: neither API server's authorizer refused a request of edgegate's,
+//!    but within 10 s of a hub restart, while its RBAC informers sync (mod.rs; counted).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
@@ -25,12 +34,16 @@ use kube::runtime::watcher::{self, Event};
 use kube::{Api, Client};
 
 use super::cell::SharedLedger;
-use super::faults::Timeline;
+use super::faults::{DELAY_COLLECTION, EXCUSE_REFUSAL, Timeline};
 use super::project::{ProjectView, served};
 
 /// How far the checker's view of the project may trail the producer's (its sampling period and a
 /// watch's delay).
 pub const LAG: Duration = Duration::from_millis(500);
+
+/// How long before a deletion the checker may see the record name the copy's address without a
+/// violation: the pruner's read before its DELETE and the DELETE itself, on a loaded machine.
+pub const NAMED_BEFORE: Duration = Duration::from_secs(1);
 
 /// How long an address served again takes to reach the pruner: the producer's watch and write,
 /// the pruner's watch of the record (generous for a loaded 2-core machine).
@@ -78,6 +91,8 @@ struct Truth {
     waiting: HashMap<(String, String), Instant>,
     /// Copies already reported as not collected.
     reported: BTreeSet<(String, String)>,
+    /// Since when the hub's record has named each address (by the checker's watch).
+    named_since: HashMap<(String, String), Instant>,
 }
 
 pub struct Checker {
@@ -145,8 +160,9 @@ impl Checker {
             let since = truth.unserved_since.get(&addr_key).copied();
             let deleted_ns = self.deleted_namespaces.lock().expect("deleted").contains(&k.0);
             if let Some(since) = since.filter(|_| !deleted_ns) {
-                let age = now - since;
-                if age > self.collect_within && self.timeline.quiet(since, now) && truth.reported.insert(k.clone()) {
+                let from = self.timeline.excused_until(now, &DELAY_COLLECTION).map_or(since, |e| e.max(since));
+                let age = now.saturating_duration_since(from);
+                if age > self.collect_within && truth.reported.insert(k.clone()) {
                     self.violation(
                         2,
                         format!("copy {}/{} ({}) unserved for {age:.1?}, not collected", k.0, k.1, addr_key.1),
@@ -201,8 +217,21 @@ impl Checker {
         let just_served =
             truth.served_since.get(&addr_key).is_some_and(|s| at.saturating_duration_since(*s) < PROPAGATION)
                 && truth.streak_ended.get(&addr_key).is_none_or(|e| at.saturating_duration_since(*e) >= self.window);
+        let named = truth.named_since.get(&addr_key).map(|t| at.saturating_duration_since(*t));
+        if let Some(named) = named.filter(|n| *n > NAMED_BEFORE) {
+            drop(truth);
+            self.violation(
+                1,
+                format!("copy {}/{} ({}) deleted {named:.1?} after the record named it", k.0, k.1, addr_key.1),
+            );
+            return;
+        }
         if just_served {
             drop(truth);
+            eprintln!(
+                "soak: raced: copy {}/{} ({}) deleted within {PROPAGATION:?} of its address serving again, the record not naming it yet",
+                k.0, k.1, addr_key.1
+            );
             self.findings.lock().expect("findings").raced += 1;
             return;
         }
@@ -275,6 +304,14 @@ impl Checker {
             let ns = record.metadata.namespace.clone().unwrap_or_default();
             let now: BTreeSet<String> = record.entries().iter().cloned().collect();
             self.findings.lock().expect("findings").record_writes += 1;
+            {
+                let mut truth = self.truth.lock().expect("truth");
+                let seen = Instant::now();
+                truth.named_since.retain(|(n, a), _| n != &ns || now.contains(a));
+                for a in &now {
+                    truth.named_since.entry((ns.clone(), a.clone())).or_insert(seen);
+                }
+            }
             let Some(before) = known.insert(ns.clone(), now.clone()) else { continue };
             let Some(cut) = self.timeline.since("project-unreachable", Instant::now()) else { continue };
             // A withdrawal decided before the cut (its hold running out during it) is what the
@@ -299,8 +336,12 @@ impl Checker {
         let mut wrong = Vec::new();
         for r in &refusals {
             let since = truth.served_since.get(&(r.hub_ns.clone(), r.address.clone()));
-            let long_served = since.filter(|s| r.at.checked_duration_since(**s).is_some_and(|d| d > self.window));
-            if let Some(since) = long_served.filter(|s| self.timeline.quiet(**s, r.at)) {
+            // Judged from when it began serving or the last fault that could excuse a refusal
+            // ended (plus recovery), whichever is later.
+            let from = since.map(|s| self.timeline.excused_until(r.at, &EXCUSE_REFUSAL).map_or(*s, |e| e.max(*s)));
+            let long_served =
+                since.zip(from).filter(|(_, f)| r.at.checked_duration_since(*f).is_some_and(|d| d > self.window));
+            if let Some((since, _)) = long_served {
                 wrong.push(format!(
                     "{}/{} ({}) refused, served for {:.1?}: {}",
                     r.hub_ns,
@@ -316,6 +357,27 @@ impl Checker {
             self.violation(1, what);
         }
         from + refusals.len()
+    }
+}
+
+impl Checker {
+    /// The final sweep, after the settle: every copy whose address the project does not serve
+    /// (outside deleted namespaces) is a violation of invariant 2. Returns how many copies were
+    /// looked at.
+    pub fn sweep(&self, view: &ProjectView, copies: &[std::sync::Arc<EndpointSlice>]) -> usize {
+        let snapshot = view.snapshot();
+        let serving: BTreeSet<(String, String)> = snapshot
+            .iter()
+            .flat_map(|(hub_ns, objects)| served(objects).into_iter().map(move |a| (hub_ns.clone(), a)))
+            .collect();
+        let deleted = self.deleted_namespaces.lock().expect("deleted").clone();
+        for copy in copies {
+            let (k, a) = (key(copy), address(copy));
+            if !deleted.contains(&k.0) && !serving.contains(&(k.0.clone(), a.clone())) {
+                self.violation(2, format!("copy {}/{} ({a}) unserved, still there after the settle", k.0, k.1));
+            }
+        }
+        copies.len()
     }
 }
 

@@ -29,6 +29,18 @@ pub const KINDS: [&str; 9] = [
 /// How long after a fault ends its effects may still show (the binaries' backoffs, a relist).
 pub const RECOVERY: Duration = Duration::from_secs(15);
 
+/// The faults that can delay a collection (invariant 2): those that stop the pruner leading or
+/// seeing, or the producer vouching for its records. A webhook fault, a burst or a hand edit
+/// delays no deletion.
+pub const DELAY_COLLECTION: [&str; 5] =
+    ["pruner-leader-kill", "pruner-leader-stop", "producer-kill", "hub-restart", "project-unreachable"];
+
+/// The faults that can explain refusing an address long served (invariant 1's refusal half): a
+/// record emptied by hand (until the producer puts it right), and anything that restarts the
+/// webhook's or the producer's view.
+pub const EXCUSE_REFUSAL: [&str; 5] =
+    ["record-hand-edit", "hub-restart", "webhook-kill", "webhook-unreachable", "producer-kill"];
+
 /// A fault's kind, when it began and (once over) when it ended.
 type Window = (&'static str, Instant, Option<Instant>);
 
@@ -50,9 +62,16 @@ impl Timeline {
         let windows = self.0.lock().expect("timeline");
         windows.iter().find(|(k, s, e)| *k == kind && *s <= at && e.is_none_or(|e| at <= e)).map(|(_, s, _)| *s)
     }
-    /// No fault (nor its recovery) overlaps [from, to].
-    pub fn quiet(&self, from: Instant, to: Instant) -> bool {
-        self.0.lock().expect("timeline").iter().all(|(_, s, e)| *s > to || e.is_some_and(|e| e + RECOVERY < from))
+    /// Until when, as seen at `at`, a fault of one of `kinds` excuses a delay: the latest end of
+    /// one begun by then, plus [`RECOVERY`] (one still in progress counts as ending at `at`).
+    /// `None` when none has begun. A delay is judged from there, not from when it began.
+    pub fn excused_until(&self, at: Instant, kinds: &[&str]) -> Option<Instant> {
+        let windows = self.0.lock().expect("timeline");
+        windows
+            .iter()
+            .filter(|(k, s, _)| kinds.contains(k) && *s <= at)
+            .map(|(_, _, e)| e.unwrap_or(at).min(at) + RECOVERY)
+            .max()
     }
     pub fn count(&self) -> Vec<(&'static str, usize)> {
         let windows = self.0.lock().expect("timeline");
@@ -73,21 +92,21 @@ pub async fn inject(kind: &'static str, world: &mut World, churn: &tokio::sync::
         "pruner-leader-kill" => {
             let i = world.pruner_leader().unwrap_or(0);
             if let Some(p) = world.pruners[i].take() {
-                signal("KILL", crate::helpers::pid_of(&p));
+                signal("KILL", crate::helpers::pid_of(&p.process));
             }
             tokio::time::sleep(Duration::from_secs(2)).await;
-            world.start_pruner(i);
+            world.start_pruner(i).await;
         }
         "producer-kill" => {
             if let Some(p) = world.producer.take() {
-                signal("KILL", crate::helpers::pid_of(&p));
+                signal("KILL", crate::helpers::pid_of(&p.process));
             }
             tokio::time::sleep(Duration::from_secs(2)).await;
-            world.start_producer();
+            world.start_producer().await;
         }
         "pruner-leader-stop" => {
             let i = world.pruner_leader().unwrap_or(0);
-            let pid = world.pruners[i].as_ref().map(crate::helpers::pid_of);
+            let pid = world.pruners[i].as_ref().map(|p| crate::helpers::pid_of(&p.process));
             if let Some(pid) = pid {
                 signal("STOP", pid);
                 tokio::time::sleep(Duration::from_secs(8)).await;
@@ -95,6 +114,7 @@ pub async fn inject(kind: &'static str, world: &mut World, churn: &tokio::sync::
             }
         }
         "hub-restart" => {
+            let began = std::time::SystemTime::now();
             let hub = Arc::clone(&world.hub_cp);
             tokio::task::spawn_blocking(move || {
                 hub.restart("etcd", Duration::from_secs(1));
@@ -102,6 +122,7 @@ pub async fn inject(kind: &'static str, world: &mut World, churn: &tokio::sync::
             })
             .await
             .expect("restart");
+            world.hub_restarts.push((began, std::time::SystemTime::now()));
         }
         "project-unreachable" => {
             // Longer than the producer's read timeout (15 s): its watches fail, it must keep

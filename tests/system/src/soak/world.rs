@@ -1,22 +1,27 @@
 //! The soak's world: a project control plane and a hub, each with kube-controller-manager (so
-//! namespaces can be deleted), and edgegate as a hub runs it: the producer between them, two
-//! webhook replicas reached through their Service (failurePolicy Fail, deploy/'s configuration),
-//! two pruners sharing a Lease. Every binary can be killed and started again with the same flags.
+//! namespaces can be deleted), and edgegate as deploy/ installs it (overlays/dev, enforcing, with
+//! components/producer; the soak's shorter timings a patch in [`World::start`]): the producer
+//! between them and two pruners sharing a Lease, each a Pod of the render run by the pod runner
+//! under its own ServiceAccount (a restarted one is a new Pod, as a ReplicaSet makes it); two
+//! webhook replicas reached through their Service (deploy/'s configuration, failurePolicy Fail),
+//! on the webhook ServiceAccount's token.
 
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
-use kube::api::{Patch, PatchParams, PostParams};
+use kube::api::{Patch, PatchParams};
 use kube::{Api, Client};
 use serde_json::json;
 
 use super::Config;
-use crate::control_plane::{ControlPlane, spawn_guarded};
+use crate::control_plane::ControlPlane;
 use crate::helpers::*;
-use crate::netns::{NETNS_ADDRESS, NetNs, kubeconfig_through_link};
+use crate::netns::{NETNS_ADDRESS, NetNs, relayed_kubeconfig};
+use crate::pod::{Render, Rewrite, RunningPod, run};
 use crate::replica::Replica;
+use crate::shipped::add_project;
 
 pub const WEBHOOK_PORTS: [u16; 2] = [8471, 8472];
 pub const SCOPE: &str = "soak";
@@ -30,17 +35,12 @@ pub struct World {
     pub netns: NetNs,
     webhook_kubeconfig: PathBuf,
     secret: Secret,
+    render: Render,
     pub webhooks: [Option<Replica>; 2],
-    pub pruners: [Option<Process>; 2],
-    pub producer: Option<Process>,
-}
-
-/// The dev certificate as the Secret cert-manager would write.
-fn dev_secret() -> Secret {
-    let dir = dev_certs();
-    let data = ["tls.crt", "tls.key", "ca.crt"]
-        .map(|f| (f.to_owned(), k8s_openapi::ByteString(std::fs::read(dir.join(f)).expect("dev certificate"))));
-    Secret { data: Some(data.into()), ..Secret::default() }
+    pub pruners: [Option<RunningPod>; 2],
+    pub producer: Option<RunningPod>,
+    /// When the hub's API server was restarted (the `hub-restart` fault), by the wall clock.
+    pub hub_restarts: Vec<(std::time::SystemTime, std::time::SystemTime)>,
 }
 
 impl World {
@@ -49,7 +49,6 @@ impl World {
         hub_cp.start_controller_manager();
         project_cp.start_controller_manager();
         let (hub, project) = (hub_cp.client().await, project_cp.client().await);
-        install_crd(&hub).await;
         let crds = std::process::Command::new("kubectl")
             .arg(format!("--kubeconfig={}", project_cp.kubeconfig.display()))
             .args(["apply", "--server-side", "-f"])
@@ -57,10 +56,30 @@ impl World {
             .output()
             .expect("kubectl");
         assert!(crds.status.success(), "project CRDs: {}", String::from_utf8_lossy(&crds.stderr));
-        register_service_webhook(&hub).await;
+        let c = &config;
+        let (grace, withdraw_after, pace) = (
+            format!("--grace={}ms", c.grace.as_millis()),
+            format!("--withdraw-after={}ms", c.withdraw_after.as_millis()),
+            format!("--max-deletes-per-second={}", c.deletes_per_second),
+        );
+        let render = Render::tuned(
+            "soak",
+            &["overlays/dev"],
+            &["components/producer"],
+            &[
+                ("edgegate-pruner", &[&grace, &pace, "--lease-duration=4s", "--resync=20s"]),
+                ("edgegate-producer", &[&withdraw_after, "--lease-duration=4s", "--resync=20s"]),
+            ],
+        );
+        render.apply_but_admission(&hub_cp);
+        add_project(&hub_cp, &render, "soak", &project_cp).await;
+        register_service_webhook(&hub_cp, &render);
+        let secrets: Api<Secret> = Api::namespaced(hub.clone(), "edgegate-system");
+        let secret = secrets.get("edgegate-webhook-tls").await.expect("the render's webhook Secret, applied");
 
         let netns = NetNs::create();
-        let webhook_kubeconfig = kubeconfig_through_link(&hub_cp, "soak-webhook.kubeconfig").await;
+        let token = hub_cp.service_account_kubeconfig("edgegate-system", "edgegate-webhook", None, 86_400).await;
+        let webhook_kubeconfig = relayed_kubeconfig(&hub_cp, &token, "soak-webhook.kubeconfig").await;
         let mut world = World {
             config,
             hub_cp,
@@ -69,16 +88,18 @@ impl World {
             project,
             netns,
             webhook_kubeconfig,
-            secret: dev_secret(),
+            secret,
+            render,
             webhooks: [None, None],
             pruners: [None, None],
             producer: None,
+            hub_restarts: Vec::new(),
         };
         for i in 0..2 {
             world.start_webhook(i).await;
-            world.start_pruner(i);
+            world.start_pruner(i).await;
         }
-        world.start_producer();
+        world.start_producer().await;
         world
     }
 
@@ -98,44 +119,22 @@ impl World {
         }
     }
 
-    pub fn start_pruner(&mut self, i: usize) {
-        let c = &self.config;
-        let args = [
-            format!("--grace={}ms", c.grace.as_millis()),
-            "--lease-namespace=edgegate-system".to_owned(),
-            format!("--identity=pruner-{i}"),
-            "--lease-duration=4s".to_owned(),
-            format!("--max-deletes-per-second={}", c.deletes_per_second),
-            "--resync=20s".to_owned(),
-            "--producer-lease=edgegate-producer".to_owned(),
-        ];
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        let identity = self.hub_cp.impersonating(&format!("edgegate-pruner-{i}"), &["system:masters"]);
-        self.pruners[i] = Some(start_pruner(&self.hub_cp, SCOPE, &identity, &args));
+    pub async fn start_pruner(&mut self, i: usize) {
+        let pod = run(&self.hub_cp, &self.render, "edgegate-pruner", i, &[Rewrite::ListenAddress]).await;
+        self.pruners[i] = Some(pod);
     }
 
-    pub fn start_producer(&mut self) {
-        let port = free_port();
-        let log = self.hub_cp.dir.join(format!("producer-{port}.log"));
-        let identity = self.hub_cp.impersonating("edgegate-producer", &["system:masters"]);
-        let args = vec![
-            format!("--kubeconfig={}", identity.display()),
-            format!("--project-kubeconfig={}", self.project_cp.kubeconfig.display()),
-            "--project-name=soak".to_owned(),
-            format!("--listen=127.0.0.1:{port}"),
-            format!("--withdraw-after={}ms", self.config.withdraw_after.as_millis()),
-            "--resync=20s".to_owned(),
-            "--lease-namespace=edgegate-system".to_owned(),
-            "--identity=producer-0".to_owned(),
-            "--lease-duration=4s".to_owned(),
-        ];
-        self.producer = Some(Process { child: spawn_guarded(&binary("edgegate-producer"), &args, &log), port, log });
+    pub async fn start_producer(&mut self) {
+        let both = [Rewrite::ListenAddress, Rewrite::MountPath];
+        self.producer = Some(run(&self.hub_cp, &self.render, "edgegate-producer", 0, &both).await);
     }
 
     /// The pruner holding the Lease, by its metric.
     pub fn pruner_leader(&self) -> Option<usize> {
         (0..2).find(|&i| {
-            self.pruners[i].as_ref().is_some_and(|p| metrics(p).lines().any(|l| l.trim() == "edgegate_leader 1"))
+            self.pruners[i]
+                .as_ref()
+                .is_some_and(|p| metrics(&p.process).lines().any(|l| l.trim() == "edgegate_leader 1"))
         })
     }
 
@@ -147,7 +146,7 @@ impl World {
             .iter()
             .flatten()
             .chain(&self.producer)
-            .all(|p| http_status(&format!("http://127.0.0.1:{}/readyz", p.port), None) == 200);
+            .all(|p| http_status(&format!("http://127.0.0.1:{}/readyz", p.process.port), None) == 200);
         webhooks && others && self.webhooks.iter().all(Option::is_some) && self.pruners.iter().all(Option::is_some)
     }
 
@@ -158,7 +157,10 @@ impl World {
         for dir in dirs {
             for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
                 let name = entry.file_name().to_string_lossy().into_owned();
-                if ["webhook", "pruner", "producer"].iter().any(|b| name.starts_with(b)) && name.ends_with(".log") {
+                let binary = ["webhook", "pruner", "producer"]
+                    .iter()
+                    .any(|b| name.starts_with(b) || name.starts_with(&format!("edgegate-{b}")));
+                if binary && name.ends_with(".log") {
                     text.push_str(&std::fs::read_to_string(entry.path()).unwrap_or_default());
                 }
             }
@@ -188,22 +190,12 @@ async fn endpoint(hub: &Client, port: u16, ready: bool) {
         .expect("endpoint slice");
 }
 
-/// deploy/'s ValidatingWebhookConfiguration as components/enforce makes it (failurePolicy Fail),
-/// unmodified but for the dev CA and a namespaceSelector on the soak's hub namespaces, and its
-/// Service in edgegate-system.
-async fn register_service_webhook(hub: &Client) {
-    namespace(hub, "edgegate-system", &[]).await;
-    let service = json!({"apiVersion": "v1", "kind": "Service",
-        "metadata": {"name": "edgegate-webhook", "namespace": "edgegate-system"},
-        "spec": {"ports": [{"name": "https", "port": 443, "targetPort": 8443}]}});
-    let services: Api<k8s_openapi::api::core::v1::Service> = Api::namespaced(hub.clone(), "edgegate-system");
-    services.create(&PostParams::default(), &serde_json::from_value(service).expect("service")).await.expect("service");
-    let text = std::fs::read_to_string(repo().join("deploy/base/admission/validating-webhook.yaml")).expect("vwc");
-    let mut vwc: serde_json::Value = serde_saphyr::from_str(&text).expect("vwc parses");
-    let hook = &mut vwc["webhooks"][0];
-    hook["failurePolicy"] = json!("Fail");
-    hook["clientConfig"]["caBundle"] = json!(base64(&std::fs::read(dev_certs().join("ca.crt")).expect("ca")));
-    hook["namespaceSelector"] = json!({"matchLabels": {"edgegate-soak": "true"}});
-    let api: Api<k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration> = Api::all(hub.clone());
-    api.create(&PostParams::default(), &serde_json::from_value(vwc).expect("vwc")).await.expect("vwc");
+/// The render's ValidatingWebhookConfiguration (enforcing, the render's CA) and Service,
+/// unmodified but for a namespaceSelector on the soak's hub namespaces.
+fn register_service_webhook(hub_cp: &ControlPlane, render: &Render) {
+    let mut vwc = render.get("ValidatingWebhookConfiguration", "edgegate").clone();
+    for hook in vwc["webhooks"].as_array_mut().expect("webhooks") {
+        hook["namespaceSelector"] = json!({"matchLabels": {"edgegate-soak": "true"}});
+    }
+    Render { objects: vec![vwc] }.apply(hub_cp, |_| true);
 }
