@@ -134,17 +134,73 @@ fn render_objects_apply(cp: &ControlPlane, objects: &[Value]) {
     Render { objects: objects.to_vec() }.apply(cp, |_| true);
 }
 
+/// deploy/'s webhook as installed with overlays/dev (enforcing, the dev certificate's Secret):
+/// the render applied to `cp` (but its admission configurations), a Pod of it run under its own
+/// ServiceAccount, ready, and registered by URL ([`register_webhook`]) for namespaces labelled
+/// `edgegate-e2e=<scope>`, with deploy/'s matchConditions or (`match_conditions` false) without
+/// them, as an API server that lacks them calls it. Applying the same render again is a no-op,
+/// so tests sharing a control plane may each call this.
+pub async fn webhook(cp: &ControlPlane, scope: &str, match_conditions: bool) -> Webhook {
+    crate::helpers::deploy_dev_certs();
+    let render = Render::of(&kustomization_with("e2e-webhook", &["overlays/dev"], &[], ""));
+    render.apply_but_admission(cp);
+    let pod = crate::pod::run(
+        cp,
+        &render,
+        "edgegate-webhook",
+        0,
+        &[crate::pod::Rewrite::ListenAddress, crate::pod::Rewrite::MountPath],
+    )
+    .await;
+    crate::helpers::until_ready("webhook ready", &pod.process, None).await;
+    let https = pod.port("https");
+    register(cp, &render, https, scope, match_conditions);
+    Webhook { ca: crate::helpers::deploy_dev_certs().join("ca.crt"), https, pod }
+}
+
+/// A webhook Pod of the render, as [`webhook`] starts it.
+pub struct Webhook {
+    pub pod: crate::pod::RunningPod,
+    /// The CA of its serving certificate (deploy/components/dev-certs).
+    pub ca: std::path::PathBuf,
+    /// Its TLS port on loopback.
+    pub https: u16,
+}
+
+impl Webhook {
+    /// How many reviews it has answered: the sum of `edgegate_admission_reviews_total`.
+    pub fn reviews(&self) -> u64 {
+        crate::helpers::metrics(&self.pod.process)
+            .lines()
+            .filter(|l| l.starts_with("edgegate_admission_reviews_total{"))
+            .filter_map(|l| l.rsplit(' ').next().and_then(|v| v.parse::<u64>().ok()))
+            .sum()
+    }
+}
+
 /// deploy/'s ValidatingWebhookConfiguration as the render has it (enforcing), pointed by URL at
 /// a webhook Pod's `https` port on loopback with the render's own CA (the Secret
 /// `edgegate-webhook-tls`'s `ca.crt`), and scoped to namespaces labelled `edgegate-e2e=<scope>`.
 /// The one difference from the shipped path: the API server dials the port, not the Service.
 pub async fn register_webhook(cp: &ControlPlane, render: &Render, port: u16, scope: &str) {
+    register(cp, render, port, scope, true);
+}
+
+fn register(cp: &ControlPlane, render: &Render, port: u16, scope: &str, match_conditions: bool) {
     let mut vwc = render.get("ValidatingWebhookConfiguration", "edgegate").clone();
     let tls = render.get("Secret", "edgegate-webhook-tls");
-    let ca = tls["data"]["ca.crt"].as_str().expect("the render's Secret edgegate-webhook-tls has ca.crt");
+    let ca: String = tls["data"]["ca.crt"]
+        .as_str()
+        .expect("the render's Secret edgegate-webhook-tls has ca.crt")
+        .chars()
+        .filter(|c| !c.is_whitespace())
+        .collect();
     for hook in vwc["webhooks"].as_array_mut().expect("webhooks") {
         hook["clientConfig"] = json!({"url": format!("https://127.0.0.1:{port}/validate"), "caBundle": ca});
         hook["namespaceSelector"]["matchLabels"] = json!({"edgegate-e2e": scope});
+        if !match_conditions && let Some(hook) = hook.as_object_mut() {
+            hook.remove("matchConditions");
+        }
     }
     vwc["metadata"] = json!({"name": format!("edgegate-{scope}")});
     render_objects_apply(cp, &[vwc]);

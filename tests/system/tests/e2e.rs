@@ -1,8 +1,31 @@
 //! End to end on a real kube-apiserver and etcd (tests/support/control_plane.rs): edgegate's real
 //! binaries attached, objects written through the API server with kube-rs, every row of the
 //! decision table proven where it matters — in what the API server accepts and keeps.
+//!
+//! edgegate's binaries run as deploy/ installs them (overlays/dev), Pods of the render run by the
+//! pod runner under their own ServiceAccounts. A webhook is registered by URL and scoped to its
+//! test's namespaces, so tests share one control plane; a pruner judges every copy of its API
+//! server, so a test with one has a control plane of its own.
 
 use edgegate_system_tests::helpers::*;
+use edgegate_system_tests::pod::{Render, Rewrite, RunningPod, run};
+use edgegate_system_tests::shipped;
+
+/// The shipped install (overlays/dev) with the pruner's `flags` set, on a control plane of its
+/// own; and an admin client.
+async fn with_pruner_flags(name: &str, flags: &[&str]) -> (ControlPlane, Render, Client) {
+    let cp = ControlPlane::own();
+    let render = Render::tuned(name, &["overlays/dev"], &[], &[("edgegate-pruner", flags)]);
+    render.apply_but_admission(&cp);
+    let client = cp.client().await;
+    (cp, render, client)
+}
+
+async fn pruner(cp: &ControlPlane, render: &Render, replica: usize) -> RunningPod {
+    let pod = run(cp, render, "edgegate-pruner", replica, &[Rewrite::ListenAddress]).await;
+    until_ready("pruner ready", &pod.process, None).await;
+    pod
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn crd_applies_and_records_read_back_unchanged() {
@@ -32,10 +55,7 @@ async fn webhook_through_the_api_server() {
     }
     set_record(&client, "wh-empty", &[]).await;
     set_record(&client, "wh-named", &["FD20:0:2::1:0:1"]).await;
-    let webhook = start_webhook(cp, &cp.kubeconfig);
-    let ca = dev_certs().join("ca.crt");
-    until_ready("webhook ready", &webhook, Some(&ca)).await;
-    register_webhook(&client, webhook.port, "webhook").await;
+    let webhook = shipped::webhook(cp, "webhook", true).await;
     // The configuration reaches the API server through an informer: wait for a known-bad copy
     // to be refused before asserting anything.
     eventually(Duration::from_secs(30), "webhook configuration in effect", async || {
@@ -105,6 +125,7 @@ async fn webhook_through_the_api_server() {
         "admitted → refused took {took:?} (sub-second expected; 5 s allows a loaded 2-core machine)"
     );
     report_admission_latency(cp);
+    cp.assert_nothing_refused();
 
     // The webhook stops: copies fail closed, nothing existing is touched, non-copies still pass.
     let before = slices.list(&Default::default()).await.expect("list").items.len();
@@ -121,9 +142,7 @@ async fn webhook_through_the_api_server() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pruner_deletes_only_unserved_copies_and_only_one_replica_deletes() {
-    let cp = shared();
-    let client = cp.client().await;
-    install_crd(&client).await;
+    let (cp, render, client) = with_pruner_flags("e2e-pruner", &["--lease-duration=3s", "--grace=0s"]).await;
     for ns in ["pr-a", "pr-none"] {
         namespace(&client, ns, &[]).await;
     }
@@ -138,12 +157,8 @@ async fn pruner_deletes_only_unserved_copies_and_only_one_replica_deletes() {
     }
     create(&client, "pr-none", &slice("pruner", "unrecorded", true, &["fd20:0:3::9"]), false).await.expect("create");
 
-    let lease = ["--lease-namespace=default", "--lease-name=e2e-pruner", "--lease-duration=3s", "--resync=60s"];
-    let pruners =
-        [start_pruner(cp, "pruner", &cp.kubeconfig, &lease), start_pruner(cp, "pruner", &cp.kubeconfig, &lease)];
-    for p in &pruners {
-        until_ready("pruner ready", p, None).await;
-    }
+    let pods = [pruner(&cp, &render, 0).await, pruner(&cp, &render, 1).await];
+    let pruners = [&pods[0].process, &pods[1].process];
     eventually(Duration::from_secs(30), "a leader", async || {
         pruners.iter().any(|p| metrics(p).contains("edgegate_leader 1"))
     })
@@ -188,6 +203,7 @@ async fn pruner_deletes_only_unserved_copies_and_only_one_replica_deletes() {
     times.sort();
     eprintln!("pruner convergence over 20 changes: median {:?}, max {:?}", times[10], times[19]);
     assert!(times[10] < Duration::from_secs(5), "median convergence {:?}", times[10]);
+    cp.assert_nothing_refused();
 }
 
 /// An UPDATE that carries nothing new is never refused. A terminating copy whose record
@@ -195,15 +211,10 @@ async fn pruner_deletes_only_unserved_copies_and_only_one_replica_deletes() {
 /// for ever), and a published unnamed copy can still be labelled by other controllers.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_terminating_copy_can_leave_and_an_unnamed_copy_can_be_labelled() {
-    let cp = shared();
-    let client = cp.client().await;
-    install_crd(&client).await;
+    let (cp, render, client) = with_pruner_flags("e2e-finalizer", &["--resync=1s", "--grace=0s"]).await;
     namespace(&client, "fin-a", &[("edgegate-e2e", "finalizer")]).await;
     set_record(&client, "fin-a", &["fd20:0:5::1", "fd20:0:5::2"]).await;
-    let webhook = start_webhook(cp, &cp.kubeconfig);
-    let ca = dev_certs().join("ca.crt");
-    until_ready("webhook ready", &webhook, Some(&ca)).await;
-    register_webhook_called_always(&client, webhook.port, "finalizer").await;
+    let _webhook = shipped::webhook(&cp, "finalizer", false).await;
     eventually(Duration::from_secs(30), "webhook configuration in effect", async || {
         create(&client, "fin-a", &slice("finalizer", "marker", true, &["fd20:0:5::9"]), true).await.is_err()
     })
@@ -229,14 +240,15 @@ async fn a_terminating_copy_can_leave_and_an_unnamed_copy_can_be_labelled() {
         .expect("a label added to an unnamed published copy is admitted");
 
     // The pruner collects both; the one with a finalizer turns Terminating and is not deleted again.
-    let pruner = start_pruner(cp, "finalizer", &cp.kubeconfig, &["--no-leader-election", "--resync=1s"]);
+    let pod = pruner(&cp, &render, 0).await;
+    let pruner = &pod.process;
     eventually(Duration::from_secs(30), "copies collected", async || {
         let held = slices.get_opt("held").await.expect("get");
         !exists(&client, "fin-a", "labelled").await && held.is_some_and(|h| h.metadata.deletion_timestamp.is_some())
     })
     .await;
     tokio::time::sleep(Duration::from_millis(2500)).await; // two resync passes
-    let m = metrics(&pruner);
+    let m = metrics(pruner);
     assert_eq!(counter(&m, "edgegate_prune_deletions_total{result=\"deleted\"}"), 2, "{m}");
     assert!(counter(&m, "edgegate_prune_deletions_total{result=\"terminating\"}") >= 2, "{m}\n{}", pruner.log());
 
@@ -259,15 +271,15 @@ async fn a_terminating_copy_can_leave_and_an_unnamed_copy_can_be_labelled() {
             .await;
     println!("finalizer removed → copy gone: {took:?}");
     assert!(took < Duration::from_secs(5), "finalizer removed → copy gone took {took:?}");
+    cp.assert_nothing_refused();
 }
 
 /// On the same world, `edgegate audit`'s "would delete" is exactly what the pruner
 /// deletes, and afterwards the audit is clean (exit 0).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn audit_predicts_exactly_what_the_pruner_deletes() {
-    let cp = shared();
-    let client = cp.client().await;
-    install_crd(&client).await;
+    let (cp, render, client) = with_pruner_flags("e2e-audit", &["--grace=0s"]).await;
+    let cp = &cp;
     for ns in ["au-a", "au-empty", "au-none"] {
         namespace(&client, ns, &[]).await;
     }
@@ -284,6 +296,7 @@ async fn audit_predicts_exactly_what_the_pruner_deletes() {
         create(&client, ns, &s, false).await.expect("create");
     }
     let selector = format!("--copy-selector={COPY_LABEL}=true,edgegate-e2e=audit");
+    // `edgegate audit` is the operator's command, run with the operator's (admin) credentials.
     let audit = || {
         let out = std::process::Command::new(binary("edgegate"))
             .args(["audit", &format!("--kubeconfig={}", cp.kubeconfig.display()), &selector, "--output=json"])
@@ -311,9 +324,9 @@ async fn audit_predicts_exactly_what_the_pruner_deletes() {
     predicted.sort();
     assert_eq!(predicted, [("au-a".to_owned(), "unserved".to_owned()), ("au-empty".to_owned(), "x".to_owned())]);
 
-    let pruner = start_pruner(cp, "audit", &cp.kubeconfig, &["--no-leader-election"]);
+    let pod = pruner(cp, &render, 0).await;
     eventually(Duration::from_secs(30), "pruner done", async || {
-        counter(&metrics(&pruner), "edgegate_prune_deletions_total{result=\"deleted\"}") == 2
+        counter(&metrics(&pod.process), "edgegate_prune_deletions_total{result=\"deleted\"}") == 2
     })
     .await;
     tokio::time::sleep(Duration::from_millis(500)).await;
@@ -333,6 +346,7 @@ async fn audit_predicts_exactly_what_the_pruner_deletes() {
     assert_eq!(gone, predicted, "the pruner deleted exactly what the audit said");
     let (code, report) = audit();
     assert_eq!((code, report["summary"]["wouldDelete"].as_u64()), (Some(0), Some(0)), "clean afterwards");
+    cp.assert_nothing_refused();
 }
 
 /// Deploy's matchConditions spare the webhook the calls whose answer cannot be a
@@ -344,19 +358,12 @@ async fn match_conditions_skip_only_what_cannot_be_refused() {
     install_crd(&client).await;
     namespace(&client, "mc-a", &[("edgegate-e2e", "match")]).await;
     set_record(&client, "mc-a", &["fd20:0:6::1", "fd20:0:6::2"]).await;
-    let webhook = start_webhook(cp, &cp.kubeconfig);
-    let ca = dev_certs().join("ca.crt");
-    let url = format!("https://127.0.0.1:{}/", webhook.port);
-    eventually(Duration::from_secs(30), "webhook ready", async || {
-        http_status(&format!("{url}readyz"), Some(&ca)) == 200
-    })
-    .await;
-    register_webhook(&client, webhook.port, "match").await;
+    let webhook = shipped::webhook(cp, "match", true).await;
     eventually(Duration::from_secs(30), "webhook in effect", async || {
         create(&client, "mc-a", &slice("match", "marker", true, &["fd20:0:6::9"]), true).await.is_err()
     })
     .await;
-    let reviews = || webhook_reviews(webhook.port, &ca);
+    let reviews = || webhook.reviews();
     let slices: Api<EndpointSlice> = Api::namespaced(client.clone(), "mc-a");
     let patch = |body: serde_json::Value| Patch::Merge(body);
     let mut held = slice("match", "held", true, &["fd20:0:6::1"]);
@@ -393,58 +400,52 @@ async fn match_conditions_skip_only_what_cannot_be_refused() {
     slices.patch("held", &PatchParams::default(), &patch(release)).await.expect("the last finalizer removed");
     assert_eq!(reviews(), calls, "an UPDATE of a terminating copy is not sent");
     eventually(Duration::from_secs(5), "gone", async || !exists(&client, "mc-a", "held").await).await;
+    cp.assert_nothing_refused();
 }
 
+/// deploy/'s RBAC is no wider than needed: the pruner's Deployment run under a ServiceAccount
+/// whose role lacks one verb of the shipped one (`watch` on copies) never becomes ready, and
+/// says why. (That the shipped roles are enough is what every suite here checks, with
+/// `assert_nothing_refused`, since every binary runs under its own ServiceAccount.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn deploy_rbac_is_sufficient_and_no_wider_than_needed() {
-    let cp = shared();
-    let client = cp.client().await;
-    install_crd(&client).await;
-    namespace(&client, "edgegate-system", &[]).await;
-    namespace(&client, "rb-a", &[]).await;
-    apply_file(cp, &repo().join("deploy/base/rbac/roles.yaml"));
-    apply_file(cp, &repo().join("deploy/base/rbac/bindings.yaml"));
-    let groups = ["system:serviceaccounts", "system:serviceaccounts:edgegate-system", "system:authenticated"];
-    let pruner_sa = cp.impersonating("system:serviceaccount:edgegate-system:edgegate-pruner", &groups);
-    let webhook_sa = cp.impersonating("system:serviceaccount:edgegate-system:edgegate-webhook", &groups);
-
-    set_record(&client, "rb-a", &[]).await;
-    create(&client, "rb-a", &slice("rbac", "unserved", true, &["fd20:0:5::1"]), false).await.expect("create");
-    let pruner = start_pruner(
-        cp,
-        "rbac",
-        &pruner_sa,
-        &["--lease-namespace=edgegate-system", "--lease-name=rbac-e2e", "--resync=1s"],
+async fn a_role_missing_one_verb_leaves_the_pruner_unready_and_saying_why() {
+    let cp = ControlPlane::own();
+    let patch = "patches:
+  # The one change: a ServiceAccount of the test's, bound to the shipped role less one verb.
+  - target: {kind: Deployment, name: edgegate-pruner}
+    patch: |-
+      - op: replace
+        path: /spec/template/spec/serviceAccountName
+        value: narrow
+";
+    let render =
+        Render::of(&edgegate_system_tests::pod::kustomization_with("e2e-narrow", &["overlays/dev"], &[], patch));
+    render.apply_but_admission(&cp);
+    let mut role = render.get("ClusterRole", "edgegate-pruner").clone();
+    role["metadata"] = json!({"name": "edgegate-pruner-narrow"});
+    for rule in role["rules"].as_array_mut().expect("rules") {
+        if rule["resources"] == json!(["endpointslices"]) {
+            rule["verbs"] = json!(["list", "delete"]);
+        }
+    }
+    let binding = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+        "metadata": {"name": "edgegate-pruner-narrow"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "edgegate-pruner-narrow"},
+        "subjects": [{"kind": "ServiceAccount", "name": "narrow", "namespace": "edgegate-system"}]});
+    let lease = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+        "metadata": {"name": "edgegate-pruner-narrow-lease", "namespace": "edgegate-system"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "edgegate-pruner-lease"},
+        "subjects": [{"kind": "ServiceAccount", "name": "narrow", "namespace": "edgegate-system"}]});
+    let account = json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "narrow", "namespace": "edgegate-system"}});
+    Render { objects: vec![role, binding, lease, account] }.apply(&cp, |_| true);
+    let pod = run(&cp, &render, "edgegate-pruner", 0, &[Rewrite::ListenAddress]).await;
+    eventually(Duration::from_secs(30), "the missing verb is logged", async || pod.log().contains("forbidden")).await;
+    assert_eq!(http_status(&format!("http://127.0.0.1:{}/readyz", pod.process.port), None), 503);
+    let refused = cp.refused();
+    assert!(
+        !refused.is_empty() && refused.iter().all(|r| r.contains("edgegate-system:narrow") && r.contains("watch")),
+        "only the narrowed watch is refused: {refused:#?}"
     );
-    eventually(Duration::from_secs(30), "pruner with its own RBAC deletes", async || {
-        !exists(&client, "rb-a", "unserved").await
-    })
-    .await;
-    assert!(!pruner.log().contains("forbidden"), "{}", pruner.log());
-
-    let webhook = start_webhook(cp, &webhook_sa);
-    let ca = dev_certs().join("ca.crt");
-    until_ready("webhook with its own RBAC ready", &webhook, Some(&ca)).await;
-
-    // A role missing `watch` on copies: the pruner never becomes ready and says why.
-    let narrow = std::fs::read_to_string(repo().join("deploy/base/rbac/roles.yaml"))
-        .expect("roles")
-        .replace("verbs: [\"list\", \"watch\", \"delete\"]", "verbs: [\"list\", \"delete\"]")
-        .replace("name: edgegate-pruner\n", "name: edgegate-pruner-narrow\n");
-    let narrow_path = cp.dir.join("narrow-roles.yaml");
-    std::fs::write(&narrow_path, narrow).expect("write");
-    apply_file(cp, &narrow_path);
-    let binding = "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\nmetadata: {name: edgegate-pruner-narrow}\n\
-                   roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: edgegate-pruner-narrow}\n\
-                   subjects: [{kind: ServiceAccount, name: narrow, namespace: edgegate-system}]\n";
-    let binding_path = cp.dir.join("narrow-binding.yaml");
-    std::fs::write(&binding_path, binding).expect("write");
-    apply_file(cp, &binding_path);
-    let narrow_sa = cp.impersonating("system:serviceaccount:edgegate-system:narrow", &groups);
-    let pruner = start_pruner(cp, "rbac", &narrow_sa, &["--no-leader-election", "--resync=1s"]);
-    eventually(Duration::from_secs(30), "the missing verb is logged", async || pruner.log().contains("forbidden"))
-        .await;
-    assert_eq!(http_status(&format!("http://127.0.0.1:{}/readyz", pruner.port), None), 503);
 }
 
 /// The pruner as deploy/ ships it: the enforce overlay rendered, its objects applied unchanged,
@@ -521,8 +522,15 @@ async fn a_record_of_the_wrong_shape_makes_only_its_namespace_unreadable() {
     let loose_file = cp.dir.join("loose-crd.json");
     std::fs::write(&loose_file, loose.to_string()).expect("write");
     apply_file(&cp, &loose_file);
-    namespace(&client, "edgegate-system", &[]).await;
-    apply_file(&cp, &repo().join("deploy/base/rbac/roles.yaml"));
+    // deploy/ without its CRD, as components/without-crd installs beside someone else's.
+    deploy_dev_certs();
+    let render = Render::of(&edgegate_system_tests::pod::kustomization_with(
+        "e2e-shape",
+        &["overlays/dev"],
+        &["components/without-crd"],
+        "",
+    ));
+    render.apply_but_admission(&cp);
     for ns in ["shape-good", "shape-bad"] {
         namespace(&client, ns, &[]).await;
     }
@@ -536,11 +544,9 @@ async fn a_record_of_the_wrong_shape_makes_only_its_namespace_unreadable() {
     .await;
     set_record(&client, "shape-good", &["fd20:0:7::1"]).await;
 
-    let kubeconfig =
-        cp.service_account_kubeconfig("edgegate-system", "edgegate-webhook", Some("edgegate-webhook"), 3600).await;
-    let webhook = start_webhook(&cp, &kubeconfig);
-    let ca = dev_certs().join("ca.crt");
-    let took = until_ready("webhook ready despite the bad record", &webhook, Some(&ca)).await;
+    let webhook = run(&cp, &render, "edgegate-webhook", 0, &[Rewrite::ListenAddress, Rewrite::MountPath]).await;
+    let ca = deploy_dev_certs().join("ca.crt");
+    let took = until_ready("webhook ready despite the bad record", &webhook.process, None).await;
     eprintln!("ready in {took:?} with one record of the wrong shape");
     let review = |ns: &str| {
         let mut review: serde_json::Value = serde_json::from_str(
@@ -553,7 +559,7 @@ async fn a_record_of_the_wrong_shape_makes_only_its_namespace_unreadable() {
         let out = std::process::Command::new("curl")
             .args(["-sS", "--cacert", &ca.display().to_string(), "-H", "Content-Type: application/json"])
             .args(["--data-binary", &review.to_string()])
-            .arg(format!("https://127.0.0.1:{}/validate", webhook.port))
+            .arg(format!("https://localhost:{}/validate", webhook.port("https")))
             .output()
             .expect("curl");
         serde_json::from_slice::<serde_json::Value>(&out.stdout).expect("review answer")["response"].clone()
@@ -565,12 +571,7 @@ async fn a_record_of_the_wrong_shape_makes_only_its_namespace_unreadable() {
     assert!(bad["status"]["message"].as_str().is_some_and(|m| m.contains("cannot be decoded")), "{bad}");
     let other = review("shape-none");
     assert_eq!(other["allowed"], true, "no record: allowed {other}");
-    let scrape = std::process::Command::new("curl")
-        .args(["-sS", "--cacert", &ca.display().to_string()])
-        .arg(format!("https://127.0.0.1:{}/metrics", webhook.port))
-        .output()
-        .expect("curl");
-    let scrape = String::from_utf8_lossy(&scrape.stdout).into_owned();
+    let scrape = metrics(&webhook.process);
     assert!(counter(&scrape, "edgegate_undecodable_objects_total{kind=\"EdgeReachability\"}") >= 1, "{scrape}");
     cp.assert_nothing_refused();
 }
