@@ -324,6 +324,24 @@ async fn register(client: &Client, port: u16, scope: &str, match_conditions: boo
     api.create(&PostParams::default(), &vwc).await.expect("create vwc");
 }
 
+/// deploy/'s ValidatingWebhookConfiguration as `edgegate-<scope>`, scoped to namespaces labelled
+/// `edgegate-e2e=<scope>`, calling `url` with the dev CA under `failure_policy` (`Fail` as
+/// components/enforce sets it, `Ignore` as the base watches) with a `timeout` in seconds.
+pub async fn register_webhook_at(client: &Client, scope: &str, url: &str, failure_policy: &str, timeout: u64) {
+    let text = std::fs::read_to_string(repo().join("deploy/base/admission/validating-webhook.yaml")).expect("vwc");
+    let mut vwc: serde_json::Value = serde_saphyr::from_str(&text).expect("vwc parses");
+    let ca = std::fs::read(dev_certs().join("ca.crt")).expect("ca");
+    let hook = &mut vwc["webhooks"][0];
+    hook["failurePolicy"] = json!(failure_policy);
+    hook["timeoutSeconds"] = json!(timeout);
+    hook["clientConfig"] = json!({"url": url, "caBundle": base64(&ca)});
+    hook["namespaceSelector"] = json!({"matchLabels": {"edgegate-e2e": scope}});
+    vwc["metadata"]["name"] = json!(format!("edgegate-{scope}"));
+    let api: Api<k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration> =
+        Api::all(client.clone());
+    api.create(&PostParams::default(), &serde_json::from_value(vwc).expect("vwc type")).await.expect("create vwc");
+}
+
 pub fn base64(bytes: &[u8]) -> String {
     const A: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
     let mut out = String::new();
