@@ -2,7 +2,9 @@
 # Every documented render of deploy/ against a real kube-apiserver of the OLDEST Kubernetes it
 # supports (1.30, docs/deploy.md): server-side dry-run apply, strict field validation.
 #
-#   scripts/min-version.sh      prints OK/FAIL per render, exits 1 if any fails
+#   scripts/min-version.sh              prints OK/FAIL per render, exits 1 if any fails
+#   scripts/min-version.sh FILE.yaml... the same for manifests already rendered (a release's,
+#                                       scripts/release.sh) instead of its own renders
 #
 # Builds (or finds in the cache) kube-apiserver and etcd with tests/control-plane-min/build.sh
 # (cold: about 15 minutes of Go build on 2 cores; cached by version after that), starts them on
@@ -23,6 +25,11 @@
 # EDGEGATE_KEEP=1 keeps the temporary directory (logs, renders, server answers).
 set -euo pipefail
 started=$(date +%s)
+manifests=()
+for file in "$@"; do
+  [[ -f $file ]] || { echo "min-version.sh: $file is not a file" >&2; exit 2; }
+  manifests+=("$(cd "$(dirname "$file")" && pwd)/$(basename "$file")")
+done
 repo=$(cd "$(dirname "$0")/.." && pwd)
 kustomize=${EDGEGATE_KUSTOMIZE:-kubectl kustomize}
 for tool in kubectl openssl curl python3; do
@@ -256,13 +263,17 @@ for sent in items(sys.argv[1]):
 EOF
 }
 
+((${#manifests[@]} == 0)) || renders=("${manifests[@]}")
+
 failed=0
 results=()
 for render in "${renders[@]}"; do
   name=${render//\//-}
   out=$tmp/out/$name
   mkdir -p "$out"
-  if ! $kustomize "$tmp/src/$render" >"$out/rendered.yaml" 2>"$out/render.err"; then
+  if [[ $render == /* ]]; then # a manifest given on the command line, already rendered
+    cp "$render" "$out/rendered.yaml"
+  elif ! $kustomize "$tmp/src/$render" >"$out/rendered.yaml" 2>"$out/render.err"; then
     results+=("FAIL $render: kustomize: $(tr '\n' ' ' <"$out/render.err")")
     failed=1
     continue

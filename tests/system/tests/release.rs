@@ -1,0 +1,287 @@
+//! A release, as scripts/release.sh makes it, and the smoke test docs/deploy.md gives operators.
+//!
+//! The release is packaged from the debug binaries this test run already built (`--bin-dir`), with
+//! the same script and so the same packaging code as a real release; building release binaries
+//! here would add about ten minutes to CI's budget. `--skip-min-version`: the dry-run on
+//! Kubernetes 1.30 needs its own kube-apiserver build (about 15 minutes cold) and is not in CI;
+//! here each manifest is dry-run on the test API server (1.36) instead.
+
+use std::process::{Command, Output, Stdio};
+
+use edgegate_system_tests::helpers::*;
+
+const BINARIES: [&str; 4] = ["edgegate", "edgegate-webhook", "edgegate-pruner", "edgegate-producer"];
+const IMAGE: &str = "ghcr.io/datum-cloud/edgegate";
+const HOOK: &str = "copies.edgegate.networking.datumapis.com";
+
+/// `cmd` under coreutils' timeout, its output captured; fails the test after `seconds`.
+fn run(cmd: &mut Command, seconds: u64) -> Output {
+    let mut bounded = Command::new("timeout");
+    bounded.arg("--kill-after=5").arg(seconds.to_string()).arg(cmd.get_program()).args(cmd.get_args());
+    for (k, v) in cmd.get_envs() {
+        match v {
+            Some(v) => bounded.env(k, v),
+            None => bounded.env_remove(k),
+        };
+    }
+    if let Some(dir) = cmd.get_current_dir() {
+        bounded.current_dir(dir);
+    }
+    let out = bounded.stdin(Stdio::null()).output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
+    assert_ne!(out.status.code(), Some(124), "{cmd:?} took more than {seconds}s");
+    out
+}
+
+fn text(out: &Output) -> String {
+    format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_packages_what_it_pins_and_installs() {
+    let version = env!("CARGO_PKG_VERSION");
+    let tmp = tempfile::tempdir().expect("tempdir");
+    // The test profile's binaries without their debug info (objcopy --strip-debug: a fifth of
+    // the size, so a fifth of the compression), as a release's carry none; copied now, so cargo
+    // relinking them meanwhile cannot change what is packaged.
+    let bins = tmp.path().join("bin");
+    std::fs::create_dir(&bins).expect("mkdir");
+    for b in BINARIES {
+        let stripped = run(Command::new("objcopy").arg("--strip-debug").arg(binary(b)).arg(bins.join(b)), 120);
+        assert!(stripped.status.success(), "objcopy --strip-debug {b}: {}", text(&stripped));
+    }
+    let dist = tmp.path().join("dist");
+    let started = Instant::now();
+    let out = run(
+        Command::new(repo().join("scripts/release.sh"))
+            .arg(version)
+            .arg("--bin-dir")
+            .arg(&bins)
+            .arg("--out")
+            .arg(&dist)
+            .arg("--skip-min-version"),
+        // Cold: the image builder and crane are compiled and the packages fetched first.
+        1500,
+    );
+    let said = text(&out);
+    assert!(out.status.success(), "release.sh failed:\n{said}");
+    eprintln!("scripts/release.sh {version} (debug binaries) in {:?}:\n{said}", started.elapsed());
+
+    // Every file the docs name, and the checksums hold for all of them.
+    let paths = [
+        "observe",
+        "enforce",
+        "karmada-hub-observe",
+        "karmada-hub-enforce",
+        "karmada-host-observe",
+        "karmada-host-enforce",
+    ];
+    let mut expected: Vec<String> = paths.iter().map(|p| format!("edgegate-{p}-{version}.yaml")).collect();
+    expected.extend(BINARIES.iter().map(|b| format!("{b}-{version}-linux-amd64.tar.gz")));
+    expected.extend([format!("edgegate-image-{version}.tar"), format!("edgegate-{version}-release.txt")]);
+    let sums = std::fs::read_to_string(dist.join(format!("edgegate-{version}-SHA256SUMS"))).expect("SHA256SUMS");
+    for file in &expected {
+        assert!(dist.join(file).is_file(), "{file} missing from {}", dist.display());
+        assert!(sums.lines().any(|l| l.ends_with(&format!("  {file}"))), "{file} not in SHA256SUMS:\n{sums}");
+    }
+    let check =
+        run(Command::new("sha256sum").arg("-c").arg(format!("edgegate-{version}-SHA256SUMS")).current_dir(&dist), 120);
+    assert!(check.status.success(), "sha256sum -c:\n{}", text(&check));
+
+    // Every manifest's Deployments run the image by the digest crane reads from the tarball.
+    let crane = Command::new(repo().join("tests/crane/build.sh")).output().expect("tests/crane/build.sh");
+    assert!(crane.status.success(), "building crane: {}", String::from_utf8_lossy(&crane.stderr));
+    let crane = PathBuf::from(String::from_utf8_lossy(&crane.stdout).trim());
+    let digest = run(
+        Command::new(&crane).arg("digest").arg("--tarball").arg(dist.join(format!("edgegate-image-{version}.tar"))),
+        120,
+    );
+    assert!(digest.status.success(), "crane digest: {}", text(&digest));
+    let digest = String::from_utf8_lossy(&digest.stdout).trim().to_owned();
+    assert!(digest.starts_with("sha256:") && digest.len() == 71, "crane digest: {digest}");
+    let pinned = format!("{IMAGE}@{digest}");
+    let notes = std::fs::read_to_string(dist.join(format!("edgegate-{version}-release.txt"))).expect("release notes");
+    assert!(notes.contains(&pinned), "the release notes name {pinned}:\n{notes}");
+    for path in paths {
+        let manifest = std::fs::read_to_string(dist.join(format!("edgegate-{path}-{version}.yaml"))).expect("manifest");
+        let images: Vec<&str> = manifest.lines().filter_map(|l| l.trim().strip_prefix("image: ")).collect();
+        let deployments = manifest.lines().filter(|l| *l == "kind: Deployment").count();
+        assert_eq!(images.len(), deployments, "{path}: one image per Deployment");
+        assert!(images.iter().all(|i| *i == pinned), "{path}: {images:?}, not {pinned}");
+        // Each step is what its name says: the webhook configuration fails closed and the
+        // webhook refuses only in the enforce step.
+        let enforcing = path.ends_with("-enforce") || path == "enforce";
+        let (policy, mode) = if enforcing { ("Fail", "deny") } else { ("Ignore", "warn") };
+        let webhook_configurations = manifest.matches("kind: ValidatingWebhookConfiguration").count();
+        assert_eq!(manifest.matches(&format!("failurePolicy: {policy}")).count(), webhook_configurations, "{path}");
+        let modes: Vec<&str> = manifest
+            .split("- name: EDGEGATE_MODE\n")
+            .skip(1)
+            .filter_map(|rest| rest.lines().next()?.trim().strip_prefix("value: "))
+            .collect();
+        assert!(modes.iter().all(|m| *m == mode) && modes.len() == usize::from(deployments > 0), "{path}: {modes:?}");
+        eprintln!("{path}: {deployments} Deployments on {pinned}");
+    }
+
+    // Each binary's glibc floor, stated in the notes, is what objdump reads from its binary.
+    for b in BINARIES {
+        let dynamic = run(Command::new("objdump").arg("-T").arg(bins.join(b)), 120);
+        let floor = String::from_utf8_lossy(&dynamic.stdout)
+            .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == '.'))
+            .filter_map(|w| w.strip_prefix("GLIBC_"))
+            .filter_map(|v| v.split('.').map(|n| n.parse::<u32>().ok()).collect::<Option<Vec<u32>>>())
+            .max()
+            .expect("GLIBC_ versions");
+        let floor = floor.iter().map(u32::to_string).collect::<Vec<_>>().join(".");
+        let line = format!("{b}-{version}-linux-amd64.tar.gz: glibc >= {floor} ");
+        assert!(notes.contains(&line), "the notes state {line:?}:\n{notes}");
+    }
+
+    // Each manifest, server-side dry-run on the test API server (cert-manager's kinds as
+    // stand-ins; the namespace exists, as after the manifest's own Namespace was applied).
+    let cp = shared();
+    let client = cp.client().await;
+    stand_in_crd(&client, "cert-manager.io", "Issuer", "issuers").await;
+    stand_in_crd(&client, "cert-manager.io", "Certificate", "certificates").await;
+    namespace(&client, "edgegate-system", &[]).await;
+    let kubectl = |args: &[&str]| {
+        let mut cmd = Command::new("kubectl");
+        cmd.arg("--kubeconfig").arg(&cp.kubeconfig).args(args);
+        cmd
+    };
+    let established = run(
+        &mut kubectl(&[
+            "wait",
+            "--for=condition=Established",
+            "--timeout=60s",
+            "crd/issuers.cert-manager.io",
+            "crd/certificates.cert-manager.io",
+        ]),
+        90,
+    );
+    assert!(established.status.success(), "{}", text(&established));
+    for path in paths {
+        let file = dist.join(format!("edgegate-{path}-{version}.yaml"));
+        let file = file.to_str().expect("utf-8 path");
+        let started = Instant::now();
+        let applied = run(&mut kubectl(&["apply", "--server-side", "--dry-run=server", "-f", file]), 120);
+        assert!(applied.status.success(), "{path}: server-side dry-run:\n{}", text(&applied));
+        let objects = String::from_utf8_lossy(&applied.stdout).lines().count();
+        eprintln!("{path}: {objects} objects accepted (server-side dry-run) in {:?}", started.elapsed());
+    }
+
+    // The CLI from its archive, with nothing of this environment (env -i): edgegate audit
+    // against the test API server.
+    install_crd(&client).await;
+    let unpacked = tmp.path().join("cli");
+    std::fs::create_dir(&unpacked).expect("mkdir");
+    let untar = run(
+        Command::new("tar")
+            .arg("-xzf")
+            .arg(dist.join(format!("edgegate-{version}-linux-amd64.tar.gz")))
+            .arg("-C")
+            .arg(&unpacked),
+        120,
+    );
+    assert!(untar.status.success(), "{}", text(&untar));
+    assert!(unpacked.join("LICENSE").is_file(), "the archive carries LICENSE");
+    let audit = run(
+        Command::new("env")
+            .arg("-i")
+            .arg(unpacked.join("edgegate"))
+            .arg("audit")
+            .arg("--kubeconfig")
+            .arg(&cp.kubeconfig),
+        120,
+    );
+    let said = text(&audit);
+    assert!(audit.status.success(), "edgegate audit from the archive, under env -i:\n{said}");
+    eprintln!("edgegate audit from the archive under env -i:\n{said}");
+    let version_said = run(Command::new("env").arg("-i").arg(unpacked.join("edgegate")).arg("--version"), 30);
+    assert!(String::from_utf8_lossy(&version_said.stdout).contains(version), "{}", text(&version_said));
+}
+
+/// docs/deploy.md's smoke test, as written there, with NAMESPACE replaced: its ```sh block that
+/// creates a copy with a server-side dry-run. Returns kubectl's output (stdout, then stderr) and
+/// whether it succeeded.
+fn smoke(cp: &ControlPlane, namespace: &str) -> (bool, String) {
+    let docs = std::fs::read_to_string(repo().join("docs/deploy.md")).expect("docs/deploy.md");
+    let command = docs
+        .split("```sh\n")
+        .skip(1)
+        .filter_map(|b| b.split_once("```").map(|(b, _)| b))
+        .find(|b| b.contains("create --dry-run=server"))
+        .expect("docs/deploy.md gives the smoke test as a sh block")
+        .replace("NAMESPACE", namespace);
+    let out = run(Command::new("sh").arg("-c").arg(&command).env("KUBECONFIG", &cp.kubeconfig), 60);
+    (out.status.success(), text(&out))
+}
+
+/// A webhook judging the test API server's records, in `mode` (`deny` or `warn`).
+fn webhook(cp: &ControlPlane, mode: &str) -> Process {
+    let certs = dev_certs();
+    let port = free_port();
+    let log = cp.dir.join(format!("smoke-webhook-{port}.log"));
+    let args = [
+        "--kubernetes".to_owned(),
+        format!("--kubeconfig={}", cp.kubeconfig.display()),
+        format!("--listen=127.0.0.1:{port}"),
+        format!("--tls-cert={}", certs.join("tls.crt").display()),
+        format!("--tls-key={}", certs.join("tls.key").display()),
+        format!("--mode={mode}"),
+        "--shutdown-grace=1s".to_owned(),
+    ];
+    let child = spawn_guarded(&binary("edgegate-webhook"), &args, &log);
+    Process { child, port, log }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_documented_smoke_test_tells_a_working_path_from_a_broken_one() {
+    let cp = shared();
+    let client = cp.client().await;
+    install_crd(&client).await;
+    let refusal = |ns: &str| {
+        format!(
+            "EndpointSlice {ns}/edgegate-smoke-test is not carried: EdgeReachability in {ns} names none of its addresses (fd00:ed9e::1)"
+        )
+    };
+    for (scope, mode, policy) in [("smoke-enforcing", "deny", "Fail"), ("smoke-watching", "warn", "Ignore")] {
+        namespace(&client, scope, &[("edgegate-e2e", scope)]).await;
+        set_record(&client, scope, &["fd00:10::1"]).await;
+        let served = webhook(cp, mode);
+        until_ready(scope, &served, Some(&dev_certs().join("ca.crt"))).await;
+        register_webhook_at(&client, scope, &format!("https://127.0.0.1:{}/validate", served.port), policy, 5).await;
+
+        // The whole path works: edgegate's own answer comes back. (The API server's webhook
+        // cache and the webhook's record watch follow within moments.)
+        let mut answer = (false, String::new());
+        let took =
+            eventually(Duration::from_secs(20), &format!("{scope}: edgegate answers the smoke test"), async || {
+                answer = smoke(cp, scope);
+                answer.1.contains(&refusal(scope))
+            })
+            .await;
+        let (passed, said) = &answer;
+        eprintln!("{scope}, webhook serving ({took:?}):\n{said}");
+        if mode == "deny" {
+            assert!(!passed, "{said}");
+            assert!(
+                said.contains(&format!("admission webhook \"{HOOK}\" denied the request: {}", refusal(scope))),
+                "{said}"
+            );
+        } else {
+            assert!(passed, "{said}");
+            assert!(said.contains(&format!("Warning: {}", refusal(scope))), "{said}");
+            assert!(said.contains("endpointslice.discovery.k8s.io/edgegate-smoke-test"), "{said}");
+        }
+
+        // Broken: nothing serves at the webhook's address.
+        drop(served);
+        let (passed, said) = smoke(cp, scope);
+        eprintln!("{scope}, no webhook serving:\n{said}");
+        if mode == "deny" {
+            assert!(!passed && said.contains(&format!("failed calling webhook \"{HOOK}\"")), "{said}");
+        } else {
+            assert!(passed && !said.contains("Warning:"), "watching, failing open says nothing: {said}");
+        }
+    }
+}
