@@ -1,6 +1,6 @@
 # The same image scripts/image.sh builds without an engine, for those with one: the three binaries
 # and the edgegate CLI, non-root.
-#   docker build --build-arg EDGEGATE_REVISION=$(git rev-parse --short=12 HEAD) -t ghcr.io/datum-cloud/edgegate:v0.1.0 .
+#   docker build --build-arg EDGEGATE_REVISION=$(git rev-parse --short=12 HEAD) -t ghcr.io/datum-cloud/edgegate:v0.2.0 .
 FROM rust:1.89-bookworm AS build
 ARG EDGEGATE_REVISION=
 WORKDIR /src

@@ -6,7 +6,7 @@ use std::process::Command;
 use clap::CommandFactory;
 use edgegate::runtime::rbac::{PRUNER, PRUNER_LEASE, Rule, WEBHOOK, WEBHOOK_CA_BUNDLE};
 use edgegate_system_tests::helpers::{deploy_dev_certs, kustomization, repo};
-use edgegate_system_tests::pod::{find, render};
+use edgegate_system_tests::pod::{find, kustomization_with, render};
 use serde_json::{Value, json};
 
 fn dev_overlay() -> Vec<Value> {
@@ -194,7 +194,9 @@ fn assert_installable(objects: &[Value]) {
     }
     for deployment in objects.iter().filter(|o| o["kind"] == "Deployment") {
         let image = &deployment["spec"]["template"]["spec"]["containers"][0]["image"];
-        assert_eq!(image, "ghcr.io/datum-cloud/edgegate:v0.1.0", "{}", deployment["metadata"]["name"]);
+        // The tag is the release this checkout will be (Cargo's version), so the two cannot drift.
+        let tagged = format!("ghcr.io/datum-cloud/edgegate:v{}", env!("CARGO_PKG_VERSION"));
+        assert_eq!(image.as_str(), Some(tagged.as_str()), "{}", deployment["metadata"]["name"]);
     }
     let certificates: Vec<&Value> = objects.iter().filter(|o| o["kind"] == "Certificate").collect();
     let secret = objects.iter().find(|o| o["kind"] == "Secret" && o["metadata"]["name"] == "edgegate-webhook-tls");
@@ -615,7 +617,12 @@ fn monitoring_component_adds_rules_monitors_and_the_dashboard() {
     assert_common(&objects);
     let rule = find(&objects, "PrometheusRule", "edgegate");
     assert_eq!(rule["metadata"]["namespace"], "edgegate-system");
-    assert!(rule["spec"]["groups"].as_array().is_some_and(|g| g.len() == 4), "webhook, hub, pruner, producer");
+    let groups: Vec<&str> =
+        rule["spec"]["groups"].as_array().expect("groups").iter().filter_map(|g| g["name"].as_str()).collect();
+    assert_eq!(
+        groups,
+        ["edgegate-webhook", "edgegate-api-server", "edgegate-hub", "edgegate-pruner", "edgegate-producer"]
+    );
     for name in ["edgegate-webhook", "edgegate-pruner", "edgegate-producer"] {
         let monitor = find(&objects, "PodMonitor", name);
         assert_eq!(monitor["spec"]["jobLabel"], "app.kubernetes.io/name");
@@ -627,4 +634,46 @@ fn monitoring_component_adds_rules_monitors_and_the_dashboard() {
     let json: Value =
         serde_json::from_str(dashboard["data"]["edgegate.json"].as_str().expect("dashboard")).expect("JSON");
     assert_eq!(json["uid"], "edgegate");
+}
+
+/// docs/deploy.md's digest pin, pasted into a user's kustomization that lists `components/images`
+/// last (as the docs say), reaches every Deployment: `ghcr.io/datum-cloud/edgegate@sha256:…`, no
+/// tag. The parent's `images:` runs after its components, so it must name the image as the
+/// component left it (`ghcr.io/datum-cloud/edgegate`); the pin 0.1.0 documented named `edgegate`
+/// and changed nothing.
+#[test]
+fn the_documented_digest_pin_reaches_every_deployment() {
+    let docs = std::fs::read_to_string(repo().join("docs/deploy.md")).expect("docs/deploy.md");
+    let block = docs
+        .split("```yaml\n")
+        .skip(1)
+        .filter_map(|b| b.split_once("```").map(|(b, _)| b))
+        .find(|b| b.contains("digest: sha256:"))
+        .expect("docs/deploy.md has a yaml block pinning a digest");
+    let digest = format!("sha256:{}", "0123456789abcdef".repeat(4));
+    let pin: String = block
+        .lines()
+        .map(|l| match l.split_once("digest: sha256:") {
+            Some((indent, _)) => format!("{indent}digest: {digest}\n"),
+            None => format!("{l}\n"),
+        })
+        .collect();
+    let pinned = format!("ghcr.io/datum-cloud/edgegate@{digest}");
+    let renders = [
+        (
+            "pin-enforce",
+            vec!["base"],
+            vec!["components/producer", "components/cert-manager", "components/enforce", "components/images"],
+        ),
+        ("pin-karmada-host", vec!["overlays/karmada-hub/host"], vec![]),
+    ];
+    for (name, resources, components) in renders {
+        let objects = render(&kustomization_with(name, &resources, &components, &pin));
+        let deployments: Vec<&Value> = objects.iter().filter(|o| o["kind"] == "Deployment").collect();
+        assert!(deployments.len() >= 2, "{name}: the Deployments");
+        for d in deployments {
+            let image = &d["spec"]["template"]["spec"]["containers"][0]["image"];
+            assert_eq!(image.as_str(), Some(pinned.as_str()), "{name}: {}", d["metadata"]["name"]);
+        }
+    }
 }
