@@ -60,6 +60,10 @@ cargo_version=$(awk -F'"' '/^\[workspace.package\]/ { in_ws = 1; next } /^\[/ { 
 [[ $version == "$cargo_version" ]] || { echo "release.sh: VERSION $version is not Cargo.toml's workspace version ($cargo_version)" >&2; exit 1; }
 grep -q "^## \[$version\]" "$repo/CHANGELOG.md" || { echo "release.sh: CHANGELOG.md has no '## [$version]' section" >&2; exit 1; }
 image_name=ghcr.io/datum-cloud/edgegate
+# The image's revision label is HEAD: a release of uncommitted changes would name the wrong commit.
+if [[ -n $(git -C "$repo" status --porcelain --untracked-files=no 2>/dev/null) ]]; then
+  echo "release.sh: warning: uncommitted changes; the image's revision label names HEAD ($(git -C "$repo" rev-parse --short HEAD)) without them" >&2
+fi
 
 started=$(date +%s)
 if [[ -z $bin_dir ]]; then
