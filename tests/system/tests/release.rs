@@ -285,3 +285,111 @@ async fn the_documented_smoke_test_tells_a_working_path_from_a_broken_one() {
         }
     }
 }
+
+/// The commit the CHANGELOG calls 0.1.0 (never tagged).
+const V0_1_0: &str = "e17ef0c943a2e6004087449b01df4c692f6b04ee";
+
+/// docs/upgrading.md: 0.1.0's production render applied as its docs said (client-side), then
+/// 0.2.0's enforce overlay with `apply --server-side`, on a control plane of this test's own (its
+/// webhook configuration would catch the other tests' copies). The fields 0.2.0 dropped go (kubectl
+/// moves the client-side owner's fields to the server-side apply), nothing of 0.1.0 is left that
+/// the new render lacks, and the hub still enforces.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upgrade_from_0_1_0_applied_server_side_leaves_nothing_of_it_behind() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let old = tmp.path().join("v0.1.0");
+    std::fs::create_dir(&old).expect("mkdir");
+    let archive = run(
+        Command::new("sh").arg("-c").arg(format!(
+            "git -C '{}' archive {V0_1_0} deploy certs | tar -x -C '{}'",
+            repo().display(),
+            old.display()
+        )),
+        120,
+    );
+    if !archive.status.success() {
+        // A shallow clone lacks the commit: say so, and fail only where the history is expected.
+        assert!(std::env::var_os("CI").is_none(), "0.1.0 ({V0_1_0}) is not in this clone: {}", text(&archive));
+        eprintln!("skipped: 0.1.0 ({V0_1_0}) is not in this clone: {}", text(&archive));
+        return;
+    }
+    let cp = ControlPlane::own();
+    let client = cp.client().await;
+    stand_in_crd(&client, "cert-manager.io", "Issuer", "issuers").await;
+    stand_in_crd(&client, "cert-manager.io", "Certificate", "certificates").await;
+    let kubectl = |args: &[&str]| {
+        let mut cmd = Command::new("kubectl");
+        cmd.arg("--kubeconfig").arg(&cp.kubeconfig).args(args);
+        cmd
+    };
+    let established = run(
+        &mut kubectl(&[
+            "wait",
+            "--for=condition=Established",
+            "--timeout=60s",
+            "crd/issuers.cert-manager.io",
+            "crd/certificates.cert-manager.io",
+        ]),
+        90,
+    );
+    assert!(established.status.success(), "{}", text(&established));
+
+    // 0.1.0, as its docs installed it: kubectl apply -k deploy/overlays/with-cert-manager.
+    let old_overlay = old.join("deploy/overlays/with-cert-manager");
+    let applied = run(&mut kubectl(&["apply", "-k", old_overlay.to_str().expect("utf-8")]), 120);
+    assert!(applied.status.success(), "0.1.0 client-side:\n{}", text(&applied));
+    let before = run(&mut kubectl(&["get", "validatingwebhookconfiguration", "edgegate", "-o", "json"]), 30);
+    let before: serde_json::Value = serde_json::from_slice(&before.stdout).expect("vwc json");
+    eprintln!("0.1.0 matchConditions: {}", before["webhooks"][0]["matchConditions"]);
+
+    // 0.2.0, as docs/upgrading.md says: the enforce overlay, server-side. Without
+    // --force-conflicts it stops on fields 0.1.0's client-side apply owns and 0.2.0 changes.
+    let new_overlay = repo().join("deploy/overlays/enforce");
+    let new_overlay = new_overlay.to_str().expect("utf-8");
+    let refused = run(&mut kubectl(&["apply", "--server-side", "-k", new_overlay]), 120);
+    let said = text(&refused);
+    eprintln!("0.2.0 server-side without --force-conflicts:\n{said}");
+    assert!(!refused.status.success() && said.contains("conflicts with \"kubectl-client-side-apply\""), "{said}");
+    let applied = run(&mut kubectl(&["apply", "--server-side", "--force-conflicts", "-k", new_overlay]), 120);
+    assert!(applied.status.success(), "0.2.0 server-side:\n{}", text(&applied));
+
+    let get = |kind: &str, name: &str, namespaced: bool| {
+        let mut args = vec!["get", kind, name, "-o", "json"];
+        if namespaced {
+            args.extend(["-n", "edgegate-system"]);
+        }
+        let out = run(&mut kubectl(&args), 30);
+        assert!(out.status.success(), "{kind} {name}: {}", text(&out));
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).expect("json")
+    };
+    let vwc = get("validatingwebhookconfiguration", "edgegate", false);
+    let hook = &vwc["webhooks"][0];
+    let conditions: Vec<&str> = hook["matchConditions"]
+        .as_array()
+        .expect("matchConditions")
+        .iter()
+        .filter_map(|c| c["name"].as_str())
+        .collect();
+    assert_eq!(
+        conditions,
+        ["carries-an-address", "adds-an-address-or-becomes-a-copy"],
+        "0.1.0's not-terminating is gone"
+    );
+    assert_eq!(hook["failurePolicy"], "Fail", "still enforcing");
+    let policy = get("networkpolicy", "edgegate", true);
+    assert_eq!(
+        policy["spec"]["ingress"][0]["ports"],
+        json!([{"port": 8443, "protocol": "TCP"}]),
+        "the metrics port is no longer open to every namespace"
+    );
+    let webhook = get("deployment", "edgegate-webhook", true);
+    assert!(webhook["spec"]["template"]["spec"]["affinity"].is_null(), "0.1.0's anti-affinity is gone");
+    let container = &webhook["spec"]["template"]["spec"]["containers"][0];
+    let mode = container["env"].as_array().into_iter().flatten().find(|e| e["name"] == "EDGEGATE_MODE");
+    assert_eq!(mode.map(|e| &e["value"]), Some(&json!("deny")), "the webhook refuses");
+    assert_eq!(container["image"], format!("{IMAGE}:v{}", env!("CARGO_PKG_VERSION")));
+    eprintln!(
+        "0.1.0 (client-side) -> 0.2.0 (server-side): matchConditions {conditions:?}, failurePolicy {}, NetworkPolicy ingress {}",
+        hook["failurePolicy"], policy["spec"]["ingress"]
+    );
+}
