@@ -28,7 +28,7 @@ impl Render {
     pub fn tuned(name: &str, resources: &[&str], components: &[&str], flags: &[(&str, &[&str])]) -> Render {
         let shipped = Render::of(&kustomization_with(name, resources, components, ""));
         let mut patches = String::from("patches:\n");
-        for (deployment, set) in flags {
+        for (deployment, set) in flags.iter().filter(|(_, set)| !set.is_empty()) {
             let args = shipped.get("Deployment", deployment)["spec"]["template"]["spec"]["containers"][0]["args"]
                 .as_array()
                 .cloned()
@@ -51,6 +51,9 @@ impl Render {
                 serde_json::to_string(&ops).expect("json").replace('\'', "''")
             ));
         }
+        if patches == "patches:\n" {
+            return shipped;
+        }
         eprintln!("{name}: the shipped render with\n{patches}");
         Render::of(&kustomization_with(name, resources, components, &patches))
     }
@@ -67,6 +70,13 @@ impl Render {
 /// bound to a ServiceAccount of its own, whose token's kubeconfig (CA embedded, as a kubeconfig
 /// in a Secret must be) is key `<name>.kubeconfig` of the hub's Secret `edgegate-producer-projects`.
 pub async fn add_project(hub: &ControlPlane, render: &Render, name: &str, project: &ControlPlane) {
+    let kubeconfig = project_kubeconfig(render, project).await;
+    set_project(hub, name, &kubeconfig).await;
+}
+
+/// The kubeconfig [`add_project`] hands over: the producer's identity on `project`, made there as
+/// docs/producer.md says.
+pub async fn project_kubeconfig(render: &Render, project: &ControlPlane) -> String {
     let role = render.get("ClusterRole", "edgegate-producer-project");
     render_objects_apply(project, std::slice::from_ref(role));
     let client = project.client().await;
@@ -99,15 +109,24 @@ pub async fn add_project(hub: &ControlPlane, render: &Render, name: &str, projec
         .and_then(|s| s.token)
         .expect("token");
     let ca = std::fs::read(project.dir.join("ca.crt")).expect("project CA");
-    let kubeconfig = format!(
+    format!(
         "apiVersion: v1\nkind: Config\nclusters:\n- name: project\n  cluster:\n    server: {}\n    certificate-authority-data: {}\n\
          users:\n- name: producer\n  user:\n    token: {token}\n\
          contexts:\n- name: project\n  context: {{cluster: project, user: producer}}\ncurrent-context: project\n",
         project.server,
         base64(&ca),
-    );
-    let data = json!({ format!("{name}.kubeconfig"): base64(kubeconfig.as_bytes()) });
-    set_projects(hub, data).await;
+    )
+}
+
+/// Key `<name>.kubeconfig` of the hub's Secret `edgegate-producer-projects` set to `kubeconfig`
+/// (e.g. one that names no reachable server).
+pub async fn set_project(hub: &ControlPlane, name: &str, kubeconfig: &str) {
+    set_projects(hub, json!({ format!("{name}.kubeconfig"): base64(kubeconfig.as_bytes()) })).await;
+}
+
+/// The hub's Secret `edgegate-producer-projects` with no project (yet), as an operator creates it.
+pub async fn no_projects(hub: &ControlPlane) {
+    set_projects(hub, json!({})).await;
 }
 
 /// Take project `name` out of the hub's Secret `edgegate-producer-projects`.

@@ -2,10 +2,18 @@
 //! CRDs for HTTPProxy, NetworkService and NetworkInterface, tests/crds/project.yaml), the other
 //! the hub. Upstream's seven cases, the safety cases of its contract (docs/producer.md), then the
 //! whole flow with the webhook and the pruner attached to the hub.
+//!
+//! edgegate runs as installed with components/producer (overlays/dev): the producer, the pruner
+//! and the webhook are Pods of the render run by the pod runner under their own ServiceAccounts,
+//! each project handed over as docs/producer.md says (a ServiceAccount there, its kubeconfig in
+//! the hub's Secret). Each test has a hub of its own, since the producer's and the pruner's Leases
+//! and the pruner's copy selector are the hub's; its shorter timings are a visible patch.
 
 use std::sync::Arc;
 
 use edgegate_system_tests::helpers::*;
+use edgegate_system_tests::pod::{Render, Rewrite, RunningPod, run};
+use edgegate_system_tests::shipped;
 use kube::api::DynamicObject;
 
 const SCOPE: &str = "producer";
@@ -49,19 +57,33 @@ async fn served_namespace(project: &Client, hub: &Client, ns: &str, address: &st
     hub_ns
 }
 
-/// A producer reading every project kubeconfig in `dir`.
-fn start_producer_dir(hub: &ControlPlane, dir: &Path, extra: &[&str]) -> Process {
-    let port = free_port();
-    let log = hub.dir.join(format!("producer-{port}.log"));
-    let mut args = vec![
-        format!("--kubeconfig={}", hub.kubeconfig.display()),
-        format!("--projects-dir={}", dir.display()),
-        format!("--listen=127.0.0.1:{port}"),
-        "--no-leader-election".to_owned(),
-        "--withdraw-after=0".to_owned(),
-    ];
-    args.extend(extra.iter().map(|s| (*s).to_owned()));
-    Process { child: spawn_guarded(&binary("edgegate-producer"), &args, &log), port, log }
+/// deploy/ with components/producer rendered as kustomization `name`, the producer's and the
+/// pruner's `producer` and `pruner` flags set by a patch, applied to `hub_cp` (but its admission
+/// configurations).
+fn install(hub_cp: &ControlPlane, name: &str, producer: &[&str], pruner: &[&str]) -> Render {
+    deploy_dev_certs();
+    let render = Render::tuned(
+        name,
+        &["overlays/dev"],
+        &["components/producer"],
+        &[("edgegate-producer", producer), ("edgegate-pruner", pruner)],
+    );
+    render.apply_but_admission(hub_cp);
+    render
+}
+
+/// Replica `replica` of the rendered producer, ready.
+async fn producer_pod(hub_cp: &ControlPlane, render: &Render, replica: usize) -> RunningPod {
+    let pod = run(hub_cp, render, "edgegate-producer", replica, &[Rewrite::ListenAddress, Rewrite::MountPath]).await;
+    until_ready("producer ready", &pod.process, None).await;
+    pod
+}
+
+/// The rendered pruner (on the producer's word, as components/producer sets it), ready.
+async fn pruner_pod(hub_cp: &ControlPlane, render: &Render) -> RunningPod {
+    let pod = run(hub_cp, render, "edgegate-pruner", 0, &[Rewrite::ListenAddress]).await;
+    until_ready("pruner ready", &pod.process, None).await;
+    pod
 }
 
 /// The hub record's addresses; `None` without a record.
@@ -101,27 +123,19 @@ async fn project_beside(hub_cp: &ControlPlane) -> (ControlPlane, Client, Client)
     (project_cp, hub, project)
 }
 
-/// A producer for one project; withdrawing at once unless `extra` says otherwise, so that the
-/// suites measure its own latency.
-fn start_producer(hub: &ControlPlane, project: &ControlPlane, extra: &[&str]) -> Process {
-    let port = free_port();
-    let log = hub.dir.join(format!("producer-{port}.log"));
-    let mut args = vec![
-        format!("--kubeconfig={}", hub.kubeconfig.display()),
-        format!("--project-kubeconfig={}", project.kubeconfig.display()),
-        "--project-name=e2e".to_owned(),
-        format!("--listen=127.0.0.1:{port}"),
-        "--no-leader-election".to_owned(),
-    ];
-    if !extra.iter().any(|a| a.starts_with("--resync")) {
-        args.push("--resync=2s".to_owned());
-    }
-    if !extra.iter().any(|a| a.starts_with("--withdraw-after")) {
-        args.push("--withdraw-after=0".to_owned());
-    }
-    args.extend(extra.iter().map(|s| (*s).to_owned()));
-    let child = spawn_guarded(&binary("edgegate-producer"), &args, &log);
-    Process { child, port, log }
+/// The shipped producer for `project_cp` (project "e2e") on hub `hub_cp`, `flags` set by a patch
+/// (rendered as kustomization `name`): the render applied, the project handed over, the producer
+/// ready.
+async fn start_producer(
+    hub_cp: &ControlPlane,
+    project_cp: &ControlPlane,
+    name: &str,
+    flags: &[&str],
+) -> (Render, RunningPod) {
+    let render = install(hub_cp, name, flags, &[]);
+    shipped::add_project(hub_cp, &render, "e2e", project_cp).await;
+    let pod = producer_pod(hub_cp, &render, 0).await;
+    (render, pod)
 }
 
 fn median_max(mut times: Vec<Duration>) -> (Duration, Duration) {
@@ -131,7 +145,7 @@ fn median_max(mut times: Vec<Duration>) -> (Duration, Duration) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn producer_between_a_project_and_the_hub() {
-    let hub_cp = shared();
+    let hub_cp = &ControlPlane::own();
     let (project_cp, hub, project) = project_beside(hub_cp).await;
 
     let a = format!("ns-{}", project_namespace(&project, "proj-a").await);
@@ -147,8 +161,12 @@ async fn producer_between_a_project_and_the_hub() {
         .await
         .expect("their record");
 
-    let producer = start_producer(hub_cp, &project_cp, &[]);
-    until_ready("producer ready", &producer, None).await;
+    // Withdrawing at once and resyncing often: the suite measures the producer's own latency.
+    // The pruner on the producer's word needs a grace (1 s): the word is asked for once a copy is due.
+    let render = install(hub_cp, "producer-flow", &["--withdraw-after=0s", "--resync=2s"], &["--grace=1s"]);
+    shipped::add_project(hub_cp, &render, "e2e", &project_cp).await;
+    let pod = producer_pod(hub_cp, &render, 0).await;
+    let producer = &pod.process;
 
     // Upstream 1: no proxy → an empty record.
     eventually(Duration::from_secs(10), "empty record for proj-a", async || record(&hub, &a).await == Some(vec![]))
@@ -168,7 +186,7 @@ async fn producer_between_a_project_and_the_hub() {
     );
     // Safety: another field manager's record is not overridden, and the conflict is counted.
     eventually(Duration::from_secs(10), "conflict counted", async || {
-        counter(&metrics(&producer), "edgegate_producer_writes_total{result=\"conflict\"}") > 0
+        counter(&metrics(producer), "edgegate_producer_writes_total{result=\"conflict\"}") > 0
     })
     .await;
     assert_eq!(record(&hub, &c).await, Some(vec!["fd20:0:c::1".to_owned()]), "their record stays");
@@ -198,7 +216,8 @@ async fn producer_between_a_project_and_the_hub() {
         record(&hub, &a).await == want(&["fd20:0:2::1:0:0", "fd20:0:9::1"])
     })
     .await;
-    // `edgegate reachability` explains the same answer, reading the project and writing nothing.
+    // `edgegate reachability` explains the same answer, reading the project and writing nothing
+    // (the operator's command, run with the operator's admin credentials).
     let out = std::process::Command::new(binary("edgegate"))
         .args(["reachability", &format!("--project-kubeconfig={}", project_cp.kubeconfig.display()), "-n", "proj-a"])
         .output()
@@ -240,7 +259,7 @@ async fn producer_between_a_project_and_the_hub() {
     let nine: Vec<_> = (0..9).map(|i| json!({"instance": {"name": format!("big-{i}")}})).collect();
     proxy(&project, "proj-d", "big", json!(nine)).await;
     eventually(Duration::from_secs(10), "oversized counted", async || {
-        counter(&metrics(&producer), "edgegate_producer_writes_total{result=\"oversized\"}") > 0
+        counter(&metrics(producer), "edgegate_producer_writes_total{result=\"oversized\"}") > 0
     })
     .await;
     assert_eq!(record(&hub, &d).await.map(|r| r.len()), Some(1000), "never truncated: the old record stays");
@@ -263,7 +282,7 @@ async fn producer_between_a_project_and_the_hub() {
         project_cp
     });
     eventually(Duration::from_secs(6), "project seen unreachable", async || {
-        metrics(&producer).contains("edgegate_producer_projects{state=\"unsynced\"} 1")
+        metrics(producer).contains("edgegate_producer_projects{state=\"unsynced\"} 1")
     })
     .await;
     Api::<edgegate::EdgeReachability>::namespaced(hub.clone(), &b)
@@ -280,15 +299,12 @@ async fn producer_between_a_project_and_the_hub() {
     eprintln!("producer: project back → record written after {took:?}");
 
     // The whole flow, with the webhook and the pruner on the hub.
-    let webhook = start_webhook(hub_cp, &hub_cp.kubeconfig);
-    let ca = dev_certs().join("ca.crt");
-    until_ready("webhook ready", &webhook, Some(&ca)).await;
-    register_webhook(&hub, webhook.port, SCOPE).await;
+    let _webhook = shipped::webhook(hub_cp, SCOPE, true).await;
     eventually(Duration::from_secs(30), "webhook in effect", async || {
         create(&hub, &a, &slice(SCOPE, "marker", true, &["fd20:0:2::9"]), true).await.is_err()
     })
     .await;
-    let _pruner = start_pruner(hub_cp, SCOPE, &hub_cp.kubeconfig, &["--no-leader-election"]);
+    let _pruner = pruner_pod(hub_cp, &render).await;
     let (mut to_record, mut to_gone) = (Vec::new(), Vec::new());
     for i in 0..20 {
         let (name, app, address) = (format!("flow-{i}"), format!("flow-{i}"), format!("fd20:0:7::{:x}", i + 1));
@@ -319,41 +335,46 @@ async fn producer_between_a_project_and_the_hub() {
     assert!(median < Duration::from_secs(2), "interface change → record median {median:?} (sub-second expected)");
     let (median, max) = median_max(to_gone);
     eprintln!("producer: proxy deleted → copy gone over 20 changes: median {median:?}, max {max:?}");
-    assert!(median < Duration::from_secs(2), "proxy deleted → copy gone median {median:?}");
+    // The pruner deletes on the producer's word, given at each renewal of its Lease (every 3 s:
+    // a fifth of the shipped 15 s): grace 1 s + up to 3 s for the word + a pass.
+    assert!(
+        median < Duration::from_secs(5),
+        "proxy deleted → copy gone median {median:?} (grace 1 s + the word ≤ 3 s)"
+    );
+    hub_cp.assert_nothing_refused();
 }
 
-/// `--projects-dir`: a kubeconfig file added engages its project (records written), removed
-/// disengages it and leaves its records as they are.
+/// `--projects-dir` (the Secret `edgegate-producer-projects`, projected as a kubelet does): a
+/// project's kubeconfig added engages it (records written), removed disengages it and leaves its
+/// records as they are.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn projects_dir_engages_and_disengages_projects() {
-    let hub_cp = shared();
+    let hub_cp = &ControlPlane::own();
     let (project_cp, hub, project) = project_beside(hub_cp).await;
     let hub_ns = served_namespace(&project, &hub, "dir-a", "fd20:0:d1::1").await;
-    let dir = tempfile::tempdir().expect("tempdir");
-    let producer = start_producer_dir(hub_cp, dir.path(), &["--resync=2s"]);
-    let port = producer.port;
-    eventually(Duration::from_secs(30), "ready with no project", async || {
-        http_status(&format!("http://127.0.0.1:{port}/readyz"), None) == 200
-    })
-    .await;
+    let render = install(hub_cp, "producer-dir", &["--resync=2s"], &[]);
+    shipped::no_projects(hub_cp).await;
+    let pod = producer_pod(hub_cp, &render, 0).await;
+    let producer = &pod.process;
     assert_eq!(record(&hub, &hub_ns).await, None, "no project, no record");
 
-    std::fs::copy(&project_cp.kubeconfig, dir.path().join("acme.kubeconfig")).expect("add the project");
+    shipped::add_project(hub_cp, &render, "acme", &project_cp).await;
     let took = eventually(Duration::from_secs(30), "record of the engaged project", async || {
         record(&hub, &hub_ns).await == Some(vec!["fd20:0:d1::1".to_owned()])
     })
     .await;
     eprintln!("producer: kubeconfig file added → record written after {took:?}");
-    assert!(metrics(&producer).contains("edgegate_producer_projects{state=\"synced\"} 1"));
+    assert!(metrics(producer).contains("edgegate_producer_projects{state=\"synced\"} 1"));
 
-    std::fs::remove_file(dir.path().join("acme.kubeconfig")).expect("remove the project");
+    shipped::remove_project(hub_cp, "acme").await;
     eventually(Duration::from_secs(30), "project disengaged", async || {
-        metrics(&producer).contains("edgegate_producer_projects{state=\"synced\"} 0")
+        metrics(producer).contains("edgegate_producer_projects{state=\"synced\"} 0")
     })
     .await;
     interface(&project, "dir-a", "web-2", "web", "Bound", "fd20:0:d1::2").await;
     tokio::time::sleep(Duration::from_secs(3)).await; // a resync and more
     assert_eq!(record(&hub, &hub_ns).await, Some(vec!["fd20:0:d1::1".to_owned()]), "its record stays as it was");
+    hub_cp.assert_nothing_refused();
 }
 
 /// Not part of CI: the producer's memory with 10,000 NetworkInterfaces across 500 namespaces of
@@ -404,8 +425,15 @@ async fn producer_at_scale(namespaces: usize, per: usize) {
         namespaces * per,
         started.elapsed()
     );
-    let producer = start_producer(&hub_cp, &project_cp, &[]);
     let started = Instant::now();
+    let (_render, pod) = start_producer(
+        &hub_cp,
+        &project_cp,
+        &format!("producer-scale-{namespaces}"),
+        &["--withdraw-after=0s", "--resync=2s"],
+    )
+    .await;
+    let producer = &pod.process;
     let records: Api<edgegate::EdgeReachability> = Api::all(hub.clone());
     eventually(Duration::from_secs(600), "every record written", async || {
         records
@@ -416,7 +444,7 @@ async fn producer_at_scale(namespaces: usize, per: usize) {
     .await;
     let first_write = started.elapsed();
     tokio::time::sleep(Duration::from_secs(5)).await; // resyncs over the whole project
-    let rss = rss_mib(&producer);
+    let rss = rss_mib(producer);
     let mut times = Vec::new();
     for k in 0..20 {
         let n = k * (namespaces / 20);
@@ -445,15 +473,18 @@ async fn producer_at_scale(namespaces: usize, per: usize) {
 async fn a_selector_edited_before_the_interfaces_withdraws_nothing() {
     const FLAP: &str = "flap";
     let (withdraw_after, grace) = (Duration::from_secs(4), Duration::from_secs(3));
-    let hub_cp = shared();
+    let hub_cp = &ControlPlane::own();
     let (project_cp, hub, project) = project_beside(hub_cp).await;
     let hub_ns = format!("ns-{}", project_namespace(&project, "flap-a").await);
     namespace(&hub, &hub_ns, &[]).await;
     service(&project, "flap-a", "web", "a").await;
     interface(&project, "flap-a", "nic-1", "a", "Bound", "fd20:0:f1::1").await;
     proxy(&project, "flap-a", "web", json!([{"networkService": {"name": "web"}}])).await;
-    let _producer = start_producer(hub_cp, &project_cp, &[&format!("--withdraw-after={}s", withdraw_after.as_secs())]);
-    let _pruner = start_pruner(hub_cp, FLAP, &hub_cp.kubeconfig, &["--no-leader-election", "--grace=3s"]);
+    let withdraw = format!("--withdraw-after={}s", withdraw_after.as_secs());
+    let render = install(hub_cp, "producer-flap", &[&withdraw], &[&format!("--grace={}s", grace.as_secs())]);
+    shipped::add_project(hub_cp, &render, "e2e", &project_cp).await;
+    let _producer = producer_pod(hub_cp, &render, 0).await;
+    let _pruner = pruner_pod(hub_cp, &render).await;
     let served = vec!["fd20:0:f1::1".to_owned()];
     eventually(Duration::from_secs(30), "record written", async || {
         record(&hub, &hub_ns).await.as_ref() == Some(&served)
@@ -498,35 +529,34 @@ async fn a_selector_edited_before_the_interfaces_withdraws_nothing() {
     );
     assert!(took >= withdraw_after + grace - Duration::from_millis(500), "the holds held: {took:?}");
     assert!(took <= withdraw_after + grace + Duration::from_secs(3), "within withdraw-after + grace: {took:?}");
+    hub_cp.assert_nothing_refused();
 }
 
 /// One project that cannot be reached does not hold the producer unready (that would stall every
 /// rollout): the others are served, and the bad one shows in its own metric.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_unreachable_project_leaves_the_producer_ready() {
-    let hub_cp = shared();
+    let hub_cp = &ControlPlane::own();
     let (project_cp, hub, project) = project_beside(hub_cp).await;
     let hub_ns = served_namespace(&project, &hub, "bad-a", "fd20:0:ba::1").await;
 
-    let dir = tempfile::tempdir().expect("tempdir");
-    std::fs::copy(&project_cp.kubeconfig, dir.path().join("good.kubeconfig")).expect("good project");
-    let text = std::fs::read_to_string(&project_cp.kubeconfig).expect("kubeconfig");
-    std::fs::write(dir.path().join("gone.kubeconfig"), text.replace(&project_cp.server, "https://127.0.0.1:1"))
-        .expect("unreachable project");
-    let producer = start_producer_dir(hub_cp, dir.path(), &[]);
-    let port = producer.port;
-    let took = eventually(Duration::from_secs(30), "ready", async || {
-        http_status(&format!("http://127.0.0.1:{port}/readyz"), None) == 200
-    })
-    .await;
+    let render = install(hub_cp, "producer-unreachable", &[], &[]);
+    shipped::add_project(hub_cp, &render, "good", &project_cp).await;
+    let text = shipped::project_kubeconfig(&render, &project_cp).await;
+    shipped::set_project(hub_cp, "gone", &text.replace(&project_cp.server, "https://127.0.0.1:1")).await;
+    let started = Instant::now();
+    let pod = producer_pod(hub_cp, &render, 0).await;
+    let producer = &pod.process;
+    let took = started.elapsed();
     eprintln!("producer with one unreachable project: ready after {took:?}");
     eventually(Duration::from_secs(30), "the good project's record", async || {
         record(&hub, &hub_ns).await == Some(vec!["fd20:0:ba::1".to_owned()])
     })
     .await;
-    let m = metrics(&producer);
+    let m = metrics(producer);
     assert!(m.contains("edgegate_producer_project_synced{project=\"good\"} 1"), "{m}");
     assert!(m.contains("edgegate_producer_project_synced{project=\"gone\"} 0"), "{m}");
+    hub_cp.assert_nothing_refused();
 }
 
 /// A record edited by hand to drop a served address is put right at once, not at the next resync:
@@ -534,10 +564,11 @@ async fn one_unreachable_project_leaves_the_producer_ready() {
 /// that waits for the resync (60 s) would withdraw a pod that still serves.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_record_edited_by_hand_is_put_right_at_once() {
-    let hub_cp = shared();
+    let hub_cp = &ControlPlane::own();
     let (project_cp, hub, project) = project_beside(hub_cp).await;
     let hub_ns = served_namespace(&project, &hub, "hand-a", "fd20:0:4a::1").await;
-    let _producer = start_producer(hub_cp, &project_cp, &["--resync=60s"]);
+    // The shipped timings, unchanged (resync 60 s).
+    let _producer = start_producer(hub_cp, &project_cp, "producer-hand", &[]).await;
     eventually(Duration::from_secs(30), "the record", async || {
         record(&hub, &hub_ns).await == Some(vec!["fd20:0:4a::1".to_owned()])
     })
@@ -551,6 +582,7 @@ async fn a_record_edited_by_hand_is_put_right_at_once() {
     })
     .await;
     eprintln!("a record edited by hand: put right after {took:?}");
+    hub_cp.assert_nothing_refused();
 }
 
 /// What a restore is: a takeover, as `--force-ownership` is. Another writer takes
@@ -560,10 +592,10 @@ async fn a_record_edited_by_hand_is_put_right_at_once() {
 /// `--withdraw-after` later like any other, and that writer's unforced apply conflicts.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restore_takes_the_addresses_over_as_force_ownership_does() {
-    let hub_cp = shared();
+    let hub_cp = &ControlPlane::own();
     let (project_cp, hub, project) = project_beside(hub_cp).await;
     let hub_ns = served_namespace(&project, &hub, "takeover-a", "fd20:0:4b::1").await;
-    let _producer = start_producer(hub_cp, &project_cp, &["--resync=60s", "--withdraw-after=3s"]);
+    let _producer = start_producer(hub_cp, &project_cp, "producer-takeover", &["--withdraw-after=3s"]).await;
     eventually(Duration::from_secs(30), "the record", async || {
         record(&hub, &hub_ns).await == Some(vec!["fd20:0:4b::1".to_owned()])
     })
@@ -603,45 +635,7 @@ async fn a_restore_takes_the_addresses_over_as_force_ownership_does() {
     let refused =
         api.patch("default", &PatchParams::apply("another-writer"), &Patch::Apply(&theirs(&["fd20:0:4b::99"]))).await;
     assert!(matches!(refused, Err(kube::Error::Api(ref s)) if s.code == 409), "{refused:?}");
-}
-
-/// A producer elected on its own Lease in `lease_ns` (where it gives its word), started again
-/// under the same identity each time.
-fn elected_producer(
-    hub_cp: &ControlPlane,
-    project_cp: &ControlPlane,
-    lease_ns: &str,
-    withdraw_after: Duration,
-) -> Process {
-    let port = free_port();
-    let log = hub_cp.dir.join(format!("producer-{port}.log"));
-    let args = vec![
-        format!("--kubeconfig={}", hub_cp.kubeconfig.display()),
-        format!("--project-kubeconfig={}", project_cp.kubeconfig.display()),
-        "--project-name=e2e".to_owned(),
-        format!("--listen=127.0.0.1:{port}"),
-        format!("--withdraw-after={}ms", withdraw_after.as_millis()),
-        "--resync=60s".to_owned(),
-        format!("--lease-namespace={lease_ns}"),
-        "--identity=producer-0".to_owned(),
-        "--lease-duration=4s".to_owned(),
-    ];
-    Process { child: spawn_guarded(&binary("edgegate-producer"), &args, &log), port, log }
-}
-
-/// A pruner of `scope`'s copies that deletes only on the word of the producer in `lease_ns`.
-fn pruner_on_the_word(hub_cp: &ControlPlane, scope: &str, lease_ns: &str, grace: Duration) -> Process {
-    start_pruner(
-        hub_cp,
-        scope,
-        &hub_cp.kubeconfig,
-        &[
-            "--no-leader-election",
-            &format!("--grace={}ms", grace.as_millis()),
-            &format!("--lease-namespace={lease_ns}"),
-            "--producer-lease=edgegate-producer",
-        ],
-    )
+    hub_cp.assert_nothing_refused();
 }
 
 /// The start both producer-down cases share: a project serving `address` in `ns`, an elected
@@ -649,13 +643,13 @@ fn pruner_on_the_word(hub_cp: &ControlPlane, scope: &str, lease_ns: &str, grace:
 /// hub; then nothing serves it, the record drops it (the copy's grace starts), and the producer
 /// is killed.
 struct ProducerKilled {
-    hub_cp: &'static ControlPlane,
-    project_cp: ControlPlane,
+    hub_cp: ControlPlane,
+    _project_cp: ControlPlane,
+    render: Render,
     hub: Client,
     project: Client,
     hub_ns: String,
-    lease_ns: String,
-    pruner: Process,
+    pruner: RunningPod,
 }
 
 async fn withdrawn_then_producer_killed(
@@ -665,31 +659,32 @@ async fn withdrawn_then_producer_killed(
     withdraw_after: Duration,
     grace: Duration,
 ) -> ProducerKilled {
-    let hub_cp = shared();
-    let (project_cp, hub, project) = project_beside(hub_cp).await;
+    let hub_cp = ControlPlane::own();
+    let (project_cp, hub, project) = project_beside(&hub_cp).await;
     let hub_ns = served_namespace(&project, &hub, ns, address).await;
-    let lease_ns = format!("lease-{scope}");
-    namespace(&hub, &lease_ns, &[]).await;
-    let producer = elected_producer(hub_cp, &project_cp, &lease_ns, withdraw_after);
-    let pruner = pruner_on_the_word(hub_cp, scope, &lease_ns, grace);
+    // The Leases 4 s, so that a producer started again (a new Pod) takes over soon.
+    let render = install(
+        &hub_cp,
+        scope,
+        &[&format!("--withdraw-after={}ms", withdraw_after.as_millis()), "--lease-duration=4s"],
+        &[&format!("--grace={}ms", grace.as_millis()), "--lease-duration=4s"],
+    );
+    shipped::add_project(&hub_cp, &render, "e2e", &project_cp).await;
+    let producer = producer_pod(&hub_cp, &render, 0).await;
+    let pruner = pruner_pod(&hub_cp, &render).await;
     eventually(Duration::from_secs(30), "record written", async || {
         record(&hub, &hub_ns).await.is_some_and(|r| r == [address])
     })
     .await;
     create(&hub, &hub_ns, &slice(scope, "vm-1", true, &[address]), false).await.expect("copy");
-    let port = pruner.port;
-    eventually(Duration::from_secs(30), "pruner ready", async || {
-        http_status(&format!("http://127.0.0.1:{port}/readyz"), None) == 200
-    })
-    .await;
     remove(&project, ns, "HTTPProxy", "web").await;
     eventually(Duration::from_secs(20), "address withdrawn", async || {
         record(&hub, &hub_ns).await.is_some_and(|r| r.is_empty())
     })
     .await;
-    let killed = std::process::Command::new("kill").args(["-KILL", &pid_of(&producer).to_string()]).status();
+    let killed = std::process::Command::new("kill").args(["-KILL", &pid_of(&producer.process).to_string()]).status();
     assert!(killed.is_ok_and(|s| s.success()), "kill -9 the producer");
-    ProducerKilled { hub_cp, project_cp, hub, project, hub_ns, lease_ns, pruner }
+    ProducerKilled { hub_cp, _project_cp: project_cp, render, hub, project, hub_ns, pruner }
 }
 
 /// An address served again while the producer is down: its record cannot name it until a
@@ -702,8 +697,7 @@ async fn withdrawn_then_producer_killed(
 async fn a_copy_served_again_while_the_producer_is_down_is_kept() {
     let grace = Duration::from_secs(4);
     let w = withdrawn_then_producer_killed("producer-down", "down-a", "fd20:0:d0::1", Duration::ZERO, grace).await;
-    let (hub_cp, project, hub, hub_ns, pruner) = (w.hub_cp, &w.project, &w.hub, &w.hub_ns, &w.pruner);
-    let start = || elected_producer(hub_cp, &w.project_cp, &w.lease_ns, Duration::ZERO);
+    let (project, hub, hub_ns, pruner) = (&w.project, &w.hub, &w.hub_ns, &w.pruner.process);
     let served = vec!["fd20:0:d0::1".to_owned()];
     // The address is served again while nobody can tell the hub.
     proxy(project, "down-a", "web", json!([{"networkService": {"name": "web"}}])).await;
@@ -733,7 +727,7 @@ async fn a_copy_served_again_while_the_producer_is_down_is_kept() {
     eprintln!("copy kept {:?} after its address was served again, producer down", served_again.elapsed());
 
     // The producer back: the record names the address again, and the copy stays.
-    let producer = start();
+    let producer = producer_pod(&w.hub_cp, &w.render, 1).await;
     let took = eventually(Duration::from_secs(30), "record names it again", async || {
         record(hub, hub_ns).await.as_ref() == Some(&served)
     })
@@ -750,6 +744,7 @@ async fn a_copy_served_again_while_the_producer_is_down_is_kept() {
     eprintln!("withdrawal with the producer up: proxy deleted → copy gone {took:?} (grace {grace:?})");
     assert!(took >= grace, "the grace held: {took:?}");
     drop(producer);
+    w.hub_cp.assert_nothing_refused();
 }
 
 /// An address served only while the producer was down: nobody could name it, and the producer
@@ -769,7 +764,8 @@ async fn a_copy_served_only_while_the_producer_was_down_is_held_like_any_withdra
     remove(project, "blind-a", "HTTPProxy", "web").await;
     let last_served = Instant::now();
     let restarted = Instant::now();
-    let producer = elected_producer(w.hub_cp, &w.project_cp, &w.lease_ns, withdraw_after);
+    let producer =
+        run(&w.hub_cp, &w.render, "edgegate-producer", 1, &[Rewrite::ListenAddress, Rewrite::MountPath]).await;
     let gone = eventually(Duration::from_secs(40), "copy collected", async || !exists(hub, hub_ns, "vm-1").await).await;
     let after_served = (restarted + gone).duration_since(last_served);
     eprintln!(
@@ -778,7 +774,8 @@ async fn a_copy_served_only_while_the_producer_was_down_is_held_like_any_withdra
     assert!(
         after_served >= withdraw_after + grace,
         "withdrawn {after_served:?} after it last served, sooner than withdraw-after + grace (pruner log: {})",
-        w.pruner.log.display()
+        w.pruner.process.log.display()
     );
     drop(producer);
+    w.hub_cp.assert_nothing_refused();
 }
