@@ -131,18 +131,24 @@ async fn image_is_reproducible_and_its_binaries_run_from_it() {
     assert!(body.replace(' ', "").contains("\"allowed\":true"), "{body}");
     drop(webhook);
 
-    // The pruner, with the test API server's kubeconfig and credentials copied into the image.
-    let client = cp.client().await;
-    install_crd(&client).await;
+    // The pruner, with a kubeconfig of its own ServiceAccount's token (deploy/'s RBAC applied)
+    // copied into the image. Its flags are the test's: what is checked here is the image.
+    deploy_dev_certs();
+    let render = edgegate_system_tests::pod::Render::of(&edgegate_system_tests::pod::kustomization_with(
+        "image",
+        &["overlays/dev"],
+        &[],
+        "",
+    ));
+    render.apply_but_admission(cp);
+    let token = cp.service_account_kubeconfig("edgegate-system", "edgegate-pruner", None, 3600).await;
     let kube = rootfs.join("tmp/kube");
     std::fs::create_dir(&kube).expect("mkdir");
-    for f in ["ca.crt", "admin.crt", "admin.key"] {
-        std::fs::copy(cp.dir.join(f), kube.join(f)).expect("copy credentials");
-    }
-    let kubeconfig = std::fs::read_to_string(&cp.kubeconfig).expect("kubeconfig");
+    std::fs::copy(cp.dir.join("ca.crt"), kube.join("ca.crt")).expect("copy the CA");
+    let kubeconfig = std::fs::read_to_string(&token).expect("kubeconfig");
     std::fs::write(kube.join("kubeconfig"), kubeconfig.replace(&cp.dir.display().to_string(), "/tmp/kube"))
         .expect("kubeconfig");
-    for f in ["", "ca.crt", "admin.crt", "admin.key", "kubeconfig"] {
+    for f in ["", "ca.crt", "kubeconfig"] {
         std::os::unix::fs::chown(kube.join(f), Some(65532), Some(65532)).expect("chown");
     }
     let port = free_port();
@@ -168,6 +174,7 @@ async fn image_is_reproducible_and_its_binaries_run_from_it() {
     })
     .await;
     assert_eq!(uid_of(&pruner), 65532, "the pruner's uid");
+    cp.assert_nothing_refused();
 }
 
 /// scripts/image.sh --bin-dir `bins` --out `out`: the digest it printed, and how long it took.

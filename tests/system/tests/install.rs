@@ -7,7 +7,7 @@ use std::process::Command;
 
 use edgegate_system_tests::cert_manager::start_cert_manager;
 use edgegate_system_tests::helpers::*;
-use edgegate_system_tests::netns::{NetNs, kubeconfig_through_link, relayed_kubeconfig};
+use edgegate_system_tests::netns::{NetNs, relayed_kubeconfig};
 use edgegate_system_tests::replica::Replica;
 use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
 use k8s_openapi::api::core::v1::Secret;
@@ -276,7 +276,9 @@ async fn observe_then_enforce_with_the_real_cert_manager_through_the_service() {
     eprintln!("observe step: certificate issued and caBundle injected {:?} after apply", started.elapsed());
 
     let netns = NetNs::create();
-    let kubeconfig = kubeconfig_through_link(&cp, "webhook-netns.kubeconfig").await;
+    // The webhook ServiceAccount's own token (deploy/'s RBAC, applied above), through the link.
+    let token = cp.service_account_kubeconfig("edgegate-system", "edgegate-webhook", None, 3600).await;
+    let kubeconfig = relayed_kubeconfig(&cp, &token, "webhook-netns.kubeconfig").await;
     namespace(&client, "cell-e", &[]).await;
     set_record(&client, "cell-e", &["fd20:0:e::1"]).await;
     let a = Replica::start(&cp, &netns, &kubeconfig, 8443, "warn", &secret, &[]).await;
@@ -334,6 +336,7 @@ async fn observe_then_enforce_with_the_real_cert_manager_through_the_service() {
     tokio::time::sleep(Duration::from_secs(2)).await;
     load.stop_without_failures("renewal", renewed_at).await;
     drop((a, b));
+    cp.assert_nothing_refused();
 }
 
 /// The caBundle of edgegate's ValidatingWebhookConfiguration, as certificates.
@@ -426,6 +429,7 @@ async fn ca_rotation_under_load_with_the_keeper() {
     tokio::time::sleep(Duration::from_secs(2)).await;
     load.stop_without_failures("CA rotation", rotated_at).await;
     drop((a, b));
+    cp.assert_nothing_refused();
 }
 
 /// Copies written continuously (one every 20 ms) naming `address`, as a cell writes them.
