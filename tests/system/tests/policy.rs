@@ -1,33 +1,24 @@
 //! edgegate's ValidatingAdmissionPolicy mode (`edgegate policy`, deploy/components/policy) on a
 //! real kube-apiserver: the decision table's rows answered by the API server itself, with the
-//! policy as generated and enforcing as components/enforce makes it.
+//! policy as deploy/ renders it with components/enforce (applied unchanged, no hand patches).
 
 use edgegate_system_tests::helpers::*;
-use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
+use edgegate_system_tests::pod::{Render, kustomization_with};
 
 const SCOPE: &str = "policy";
 
-fn admission_api(client: &Client, kind: &str, plural: &str) -> Api<DynamicObject> {
-    let gvk = GroupVersionKind::gvk("admissionregistration.k8s.io", "v1", kind);
-    Api::all_with(client.clone(), &ApiResource::from_gvk_with_plural(&gvk, plural))
-}
-
-/// The generated policy and binding, enforcing (failurePolicy Fail, Deny), limited to this test's
-/// namespaces.
-async fn enforce_policy(client: &Client) {
-    let mut policy = serde_json::to_value(edgegate::core::policy::policy()).expect("policy");
-    policy["spec"]["failurePolicy"] = json!("Fail");
-    policy["spec"]["matchConstraints"]["namespaceSelector"] = json!({"matchLabels": {"edgegate-e2e": SCOPE}});
-    let mut binding = serde_json::to_value(edgegate::core::policy::binding()).expect("binding");
-    binding["spec"]["validationActions"] = json!(["Deny"]);
-    let apply = PatchParams::apply("edgegate-e2e").force();
-    for (object, kind, plural) in [
-        (policy, "ValidatingAdmissionPolicy", "validatingadmissionpolicies"),
-        (binding, "ValidatingAdmissionPolicyBinding", "validatingadmissionpolicybindings"),
-    ] {
-        assert_eq!(object["kind"], kind, "k8s-openapi writes apiVersion and kind");
-        admission_api(client, kind, plural).patch("edgegate", &apply, &Patch::Apply(object)).await.expect("apply");
-    }
+/// deploy/'s policy mode as the docs install it (the base, components/policy, then
+/// components/enforce: failurePolicy Fail, Deny), its objects applied unchanged. It judges every
+/// copy of the API server, which only this test writes to.
+fn enforce_policy(cp: &ControlPlane) {
+    let render = Render::of(&kustomization_with("policy", &["base"], &["components/policy", "components/enforce"], ""));
+    let policy = render.get("ValidatingAdmissionPolicy", "edgegate");
+    assert_eq!(policy["spec"]["failurePolicy"], "Fail", "enforcing, as rendered");
+    assert_eq!(
+        render.get("ValidatingAdmissionPolicyBinding", "edgegate")["spec"]["validationActions"],
+        json!(["Deny"])
+    );
+    render.apply_but_admission(cp);
 }
 
 fn refused(r: &Result<(), String>) -> bool {
@@ -69,7 +60,7 @@ async fn the_policy_mode_answers_the_decision_table() {
     }
     set_record(&client, "pol-update", &["fd20:0:d::1"]).await;
 
-    enforce_policy(&client).await;
+    enforce_policy(cp);
     let took = eventually(Duration::from_secs(60), "the policy in force", async || {
         refused(&create(&client, "pol-empty", &slice(SCOPE, "probe", true, &["fd20:0:d::1"]), true).await)
     })
