@@ -649,21 +649,66 @@ async fn ca_bundle(client: &Client, name: &str) -> Vec<edgegate_webhook::ca_bund
     edgegate_webhook::ca_bundle::pem_blocks(hook.client_config.ca_bundle.map(|b| b.0).unwrap_or_default().as_slice())
 }
 
-/// A webhook serving `serving`'s certificate on `port` that keeps `config`'s caBundle
-/// (`--ca-bundle-for`), `extra` appended. With the admin kubeconfig: these tests are about when
-/// the keeper writes, not its role (deploy_rbac_is_sufficient covers that).
-fn keeping_webhook(cp: &ControlPlane, port: u16, serving: &Path, config: &str, extra: &[&str]) -> Process {
-    let log = cp.dir.join(format!("{config}-webhook.log"));
-    let mut args = vec![
-        "--kubernetes".to_owned(),
-        format!("--kubeconfig={}", cp.kubeconfig.display()),
-        format!("--listen=127.0.0.1:{port}"),
-        format!("--tls-cert={}", serving.join("tls.crt").display()),
-        format!("--tls-key={}", serving.join("tls.key").display()),
-        format!("--ca-bundle-for={config}"),
-    ];
-    args.extend(extra.iter().map(|a| (*a).to_owned()));
-    Process { child: spawn_guarded(&binary("edgegate-webhook"), &args, &log), port, log }
+/// A Karmada pair on one API server of its own (playing host and hub), enforcing as docs/deploy.md
+/// has it (components/enforce added to both): the hub's render (overlays/karmada-hub/hub) applied
+/// but for its webhook configuration; the Secrets the docs have
+/// an operator make on the host (the webhook's serving certificate from `serving`, as
+/// cert-manager would write it, and the hub kubeconfig of the webhook ServiceAccount's token);
+/// and the host's webhook (overlays/karmada-hub/host, `flags` set by a patch) run by the pod
+/// runner, ready. Returns it, the hub's render, and an admin client.
+async fn karmada_pair(name: &str, serving: &Path, flags: &[&str]) -> (ControlPlane, RunningPod, Render, Client) {
+    let cp = ControlPlane::own();
+    let hub = Render::of(&edgegate_system_tests::pod::kustomization_with(
+        &format!("{name}-hub"),
+        &["overlays/karmada-hub/hub"],
+        &["components/enforce"],
+        "",
+    ));
+    hub.apply_but_admission(&cp);
+    let file = |f: &str| std::fs::read_to_string(serving.join(f)).expect("certificate");
+    let token = cp.service_account_kubeconfig("edgegate-system", "edgegate-webhook", None, 90 * 86400).await;
+    let secrets = json!([
+        {"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
+         "metadata": {"name": "edgegate-webhook-tls", "namespace": "edgegate-system"},
+         "stringData": {"tls.crt": file("tls.crt"), "tls.key": file("tls.key"), "ca.crt": file("ca.crt")}},
+        {"apiVersion": "v1", "kind": "Secret",
+         "metadata": {"name": "edgegate-webhook-hub-kubeconfig", "namespace": "edgegate-system"},
+         "stringData": {"kubeconfig": std::fs::read_to_string(&token).expect("kubeconfig")}},
+    ]);
+    Render { objects: secrets.as_array().expect("secrets").clone() }.apply(&cp, |_| true);
+    let host = Render::tuned(
+        &format!("{name}-host"),
+        &["overlays/karmada-hub/host"],
+        &["components/enforce"],
+        &[("edgegate-webhook", flags)],
+    );
+    // The host's objects, but cert-manager's (no cert-manager here: the Secret above is its part).
+    host.apply(&cp, |o| !o["apiVersion"].as_str().unwrap_or_default().starts_with("cert-manager.io/"));
+    let pod = run(&cp, &host, "edgegate-webhook", 0, &[Rewrite::ListenAddress, Rewrite::MountPath]).await;
+    until_ready("the host's webhook ready", &pod.process, None).await;
+    let client = cp.client().await;
+    (cp, pod, hub, client)
+}
+
+/// The hub's webhook configuration as rendered, but reaching the host's webhook by
+/// `https://127.0.0.1:<port>` (in Karmada, the host Service's name) and with `ca_bundle`.
+fn hub_configuration(hub: &Render, port: u16, ca_bundle: Option<&[u8]>) -> serde_json::Value {
+    let mut vwc = hub.get("ValidatingWebhookConfiguration", "edgegate").clone();
+    let mut client_config = json!({"url": format!("https://127.0.0.1:{port}/validate")});
+    if let Some(ca) = ca_bundle {
+        client_config["caBundle"] = json!(base64(ca));
+    }
+    vwc["webhooks"][0]["clientConfig"] = client_config;
+    vwc
+}
+
+/// A new version of the Secret `edgegate-webhook-tls` from `certs`, as cert-manager writes a renewal.
+async fn renew_serving(client: &Client, certs: &Path) {
+    let file = |f: &str| std::fs::read_to_string(certs.join(f)).expect("certificate");
+    let secrets: Api<k8s_openapi::api::core::v1::Secret> = Api::namespaced(client.clone(), "edgegate-system");
+    let data =
+        json!({"stringData": {"tls.crt": file("tls.crt"), "tls.key": file("tls.key"), "ca.crt": file("ca.crt")}});
+    secrets.patch("edgegate-webhook-tls", &PatchParams::default(), &Patch::Merge(&data)).await.expect("renew");
 }
 
 fn new_ca_dir(cp: &ControlPlane, name: &str) -> PathBuf {
@@ -673,84 +718,52 @@ fn new_ca_dir(cp: &ControlPlane, name: &str) -> PathBuf {
     dir
 }
 
-/// Replace `from`'s ca.crt, tls.key and tls.crt into `to`, each by rename, CA first (as a
-/// Secret volume update makes them appear together).
-fn install_certs(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).expect("mkdir");
-    for f in ["ca.crt", "tls.key", "tls.crt"] {
-        let tmp = to.join(format!(".{f}.new"));
-        std::fs::copy(from.join(f), &tmp).expect("copy");
-        std::fs::rename(&tmp, to.join(f)).expect("rename");
-    }
-}
-
 /// `--ca-bundle-for` (components/ca-keeper, a Karmada hub): a configuration created after the
 /// webhook started, without its CA (emergency off and the kustomization applied again; the Karmada
 /// host applied before its hub), gets the CA within seconds, and again when it is re-created. It
 /// used to get it only at the next rotation or `--ca-bundle-keep-old` (10 min) after start,
-/// refusing every copy meanwhile. The webhook runs with the admin kubeconfig here: what is tested
-/// is when the keeper writes, not its role (deploy_rbac_is_sufficient covers that).
+/// refusing every copy meanwhile. The Karmada pair as rendered, the host's webhook a Pod of it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_keeper_fills_a_configuration_created_after_it_started() {
-    let cp = shared();
-    let client = cp.client().await;
-    install_crd(&client).await;
-    let (certs, serving) = (new_ca_dir(cp, "late-ca"), cp.dir.join("late-serving"));
-    install_certs(&certs, &serving);
-    let port = free_port();
-    let webhook = keeping_webhook(cp, port, &serving, "edgegate-late", &[]);
-    until_ready("webhook ready", &webhook, Some(&certs.join("ca.crt"))).await;
+    let scratch = ControlPlane::own();
+    let certs = new_ca_dir(&scratch, "late-ca");
+    let (cp, webhook, hub, client) = karmada_pair("e2e-late", &certs, &[]).await;
     let ca = edgegate_webhook::ca_bundle::pem_blocks(&std::fs::read(certs.join("ca.crt")).expect("ca"));
-    let text = std::fs::read_to_string(repo().join("deploy/base/admission/validating-webhook.yaml")).expect("vwc");
-    let mut vwc: serde_json::Value = serde_saphyr::from_str(&text).expect("vwc parses");
-    vwc["metadata"]["name"] = json!("edgegate-late");
-    vwc["webhooks"][0]["clientConfig"] = json!({"url": format!("https://127.0.0.1:{port}/validate")});
-    vwc["webhooks"][0]["namespaceSelector"]["matchLabels"] = json!({"edgegate-e2e": "late"});
     let vwc: k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration =
-        serde_json::from_value(vwc).expect("vwc type");
+        serde_json::from_value(hub_configuration(&hub, webhook.port("https"), None)).expect("vwc type");
     let api: Api<k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration> =
         Api::all(client.clone());
     for round in ["created after the webhook started", "deleted and created again"] {
-        let _ = api.delete("edgegate-late", &DeleteParams::default()).await;
+        let _ = api.delete("edgegate", &DeleteParams::default()).await;
         api.create(&PostParams::default(), &vwc).await.expect("create vwc");
         let took = eventually(Duration::from_secs(60), "the CA in the caBundle", async || {
-            ca_bundle(&client, "edgegate-late").await == ca
+            ca_bundle(&client, "edgegate").await == ca
         })
         .await;
         eprintln!("configuration {round}: CA in its caBundle after {took:?}");
         assert!(took < Duration::from_secs(15), "{round}: took {took:?} (re-checked every 5 s)");
     }
+    cp.assert_nothing_refused();
 }
 
+/// A Karmada hub's caBundle follows a rotation of the host's serving certificate to a new CA
+/// (cert-manager renewing the Secret, the kubelet projecting it), with copies admitted
+/// throughout: the keeper adds the new CA, the webhook takes the new certificate, the old CA goes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn karmada_hub_ca_bundle_follows_rotation_without_failed_admissions() {
-    let cp = shared();
-    let client = cp.client().await;
-    install_crd(&client).await;
-    namespace(&client, "km-a", &[("edgegate-e2e", "karmada")]).await;
+    let scratch = ControlPlane::own();
+    let (first, second) = (new_ca_dir(&scratch, "km-ca-1"), new_ca_dir(&scratch, "km-ca-2"));
+    // The keeper's settle and keep-old timings shortened (2 s and 3 s; 10 min shipped).
+    let (cp, webhook, hub, client) =
+        karmada_pair("e2e-karmada", &first, &["--ca-bundle-settle=2s", "--ca-bundle-keep-old=3s"]).await;
+    namespace(&client, "km-a", &[]).await;
     set_record(&client, "km-a", &["fd20:0:6::1"]).await;
-
-    let (first, second, serving) = (new_ca_dir(cp, "km-ca-1"), new_ca_dir(cp, "km-ca-2"), cp.dir.join("km-serving"));
-    install_certs(&first, &serving);
-    let port = free_port();
-    // The configuration as deploy/overlays/karmada-hub/hub has it (by url), with a stale caBundle.
-    let text = std::fs::read_to_string(repo().join("deploy/base/admission/validating-webhook.yaml")).expect("vwc");
-    let mut vwc: serde_json::Value = serde_saphyr::from_str(&text).expect("vwc parses");
-    let stale = std::fs::read(cp.dir.join("ca.crt")).expect("some other CA");
-    vwc["webhooks"][0]["clientConfig"] =
-        json!({"url": format!("https://127.0.0.1:{port}/validate"), "caBundle": base64(&stale)});
-    vwc["webhooks"][0]["namespaceSelector"]["matchLabels"] = json!({"edgegate-e2e": "karmada"});
-    // Its own name: the overlay dry-run test applies deploy/'s `edgegate` to the same API server.
-    vwc["metadata"]["name"] = json!("edgegate-karmada");
-    let api: Api<k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration> =
-        Api::all(client.clone());
-    api.create(&PostParams::default(), &serde_json::from_value(vwc).expect("vwc type")).await.expect("create vwc");
-
-    let webhook =
-        keeping_webhook(cp, port, &serving, "edgegate-karmada", &["--ca-bundle-settle=2s", "--ca-bundle-keep-old=3s"]);
+    // The hub's configuration, with a stale caBundle.
+    let stale = std::fs::read(scratch.dir.join("ca.crt")).expect("some other CA");
+    Render { objects: vec![hub_configuration(&hub, webhook.port("https"), Some(&stale))] }.apply(&cp, |_| true);
     let first_ca = edgegate_webhook::ca_bundle::pem_blocks(&std::fs::read(first.join("ca.crt")).expect("ca"));
     eventually(Duration::from_secs(30), "caBundle brought into step", async || {
-        ca_bundle(&client, "edgegate-karmada").await == first_ca
+        ca_bundle(&client, "edgegate").await == first_ca
     })
     .await;
     // A copy is now judged through the API server.
@@ -775,10 +788,10 @@ async fn karmada_hub_ca_bundle_follows_rotation_without_failed_admissions() {
         (ok, failed)
     });
     tokio::time::sleep(Duration::from_millis(500)).await;
-    install_certs(&second, &serving);
+    renew_serving(&client, &second).await;
     let second_ca = edgegate_webhook::ca_bundle::pem_blocks(&std::fs::read(second.join("ca.crt")).expect("ca"));
     eventually(Duration::from_secs(30), "bundle ends holding only the new CA", async || {
-        ca_bundle(&client, "edgegate-karmada").await == second_ca
+        ca_bundle(&client, "edgegate").await == second_ca
     })
     .await;
     tokio::time::sleep(Duration::from_millis(500)).await;
@@ -794,4 +807,5 @@ async fn karmada_hub_ca_bundle_follows_rotation_without_failed_admissions() {
     );
     assert!(ok > 20, "admissions kept flowing ({ok})");
     eprintln!("karmada rotation: {ok} admissions, 0 failed");
+    cp.assert_nothing_refused();
 }

@@ -217,7 +217,9 @@ fn smoke(cp: &ControlPlane, namespace: &str) -> (bool, String) {
     (out.status.success(), text(&out))
 }
 
-/// A webhook judging the test API server's records, in `mode` (`deny` or `warn`).
+/// A webhook judging the test API server's records, in `mode` (`deny` or `warn`). With the admin
+/// kubeconfig and flags of the test's: what is tested is the smoke command's answer in each state
+/// of the webhook, not the webhook's install (every other suite runs it as installed).
 fn webhook(cp: &ControlPlane, mode: &str) -> Process {
     let certs = dev_certs();
     let port = free_port();

@@ -58,7 +58,9 @@ async fn hub_scale() {
         started.elapsed()
     );
 
-    // The pruner.
+    // The pruner. Admin credentials and flags of the test's: a measurement of the binaries' own
+    // memory and start-up at scale, which their RBAC does not change (every CI suite runs them as
+    // installed).
     let pruner = start_pruner(&cp, "scale", &cp.kubeconfig, &["--no-leader-election", "--max-deletes-per-second=0"]);
     let ready = wait_ready(&format!("http://127.0.0.1:{}/readyz", pruner.port), None).await;
     let rss_ready = rss_mib(&pruner);

@@ -361,6 +361,8 @@ impl Bench {
         stored_copies(&client).await;
         webhook_service(&client).await;
         let netns = NetNs::create();
+        // Admin credentials: a measurement of the API server's own cost per call, which the
+        // webhook's RBAC does not change (every CI suite runs the webhook as installed).
         let kubeconfig = kubeconfig_through_link(&cp, "vs-webhook.kubeconfig").await;
         let replica = Replica::start(&cp, &netns, &kubeconfig, WEBHOOK_PORT, "deny", &serving_secret(), &[]).await;
         replica.publish(&client).await;
