@@ -158,7 +158,7 @@ impl ControlPlane {
     }
 
     /// Start kube-controller-manager (built by tests/control-plane/build.sh beside kube-apiserver)
-    /// with only the namespace and garbage-collector controllers, as the admin, without leader
+    /// with only the namespace, garbage-collector and EndpointSlice controllers, as the admin, without leader
     /// election or a serving port; once per control plane (later calls return at once). Returns
     /// when the namespace controller runs and the garbage collector has synced, so from then on
     /// deleted namespaces empty and go, and dependents of deleted owners are collected. Builds
@@ -174,7 +174,9 @@ impl ControlPlane {
             let bin = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim().to_owned());
             let args = vec![
                 format!("--kubeconfig={}", cp.kubeconfig.display()),
-                "--controllers=namespace,garbagecollector".into(),
+                // The EndpointSlice controller too: a Service's endpoints from its Pods (the pod runner
+                // reports Pods in a network namespace Running and Ready).
+                "--controllers=namespace,garbagecollector,endpointslice".into(),
                 "--leader-elect=false".into(),
                 "--use-service-account-credentials=false".into(),
                 "--bind-address=127.0.0.1".into(),

@@ -26,12 +26,12 @@ use std::process::Command;
 use k8s_openapi::api::authentication::v1::{BoundObjectReference, TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::core::v1::{Pod, Secret, ServiceAccount};
 use kube::Api;
-use kube::api::PostParams;
+use kube::api::{Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 
 use crate::control_plane::{ControlPlane, spawn_guarded};
 use crate::helpers::{Process, binary, free_port};
-use crate::netns::{NetNs, relayed_kubeconfig};
+use crate::netns::{NETNS_ADDRESS, NetNs, relayed_kubeconfig};
 use crate::secret_volume::SecretVolume;
 
 /// The kinds of rewrite a test allows the runner ([`run`] fails on any other).
@@ -116,7 +116,8 @@ pub struct RunningPod {
     pub ports: BTreeMap<String, u16>,
     /// Every rewrite made, `before → after`.
     pub rewrites: Vec<String>,
-    /// The tasks keeping its Secret volumes in step, stopped with it.
+    /// The tasks keeping its Secret volumes (and, in a network namespace, its status) in step,
+    /// stopped with it.
     volume_sync: Vec<tokio::task::AbortHandle>,
 }
 
@@ -204,10 +205,15 @@ async fn run_placed(
 
     // The Pod object, as the ReplicaSet controller would create it (what the token is bound to).
     let pods: Api<Pod> = Api::namespaced(client.clone(), &namespace);
+    let mut spec_on_node = spec.clone();
+    if netns.is_some() {
+        // Bound to the test's Node, whose Pods the EndpointSlice controller routes to.
+        spec_on_node["nodeName"] = json!(node(cp).await);
+    }
     let pod = json!({
         "apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": name, "namespace": namespace, "labels": template["metadata"]["labels"]},
-        "spec": spec,
+        "spec": spec_on_node,
     });
     let pod: Pod = serde_json::from_value(pod).expect("pod");
     let pod = pods.create(&PostParams::default(), &pod).await.expect("create Pod");
@@ -300,17 +306,89 @@ async fn run_placed(
     }
     let log = cp.dir.join(format!("{name}.log"));
     std::fs::write(&log, format!("pod {namespace}/{name}, rewrites:\n  {}\n", rewrites.join("\n  "))).expect("log");
+    let mut volume_sync = volume_sync;
     let child = match netns {
         None => spawn_guarded(Path::new("env"), &full, &log),
         Some(netns) => {
             let inside: Vec<String> =
                 ["netns", "exec", &netns.name, "env"].into_iter().map(str::to_owned).chain(full).collect();
-            spawn_guarded(Path::new("ip"), &inside, &log)
+            let child = spawn_guarded(Path::new("ip"), &inside, &log);
+            // The kubelet's part: the Pod running at the namespace's address, Ready as its
+            // readiness probe says.
+            volume_sync.push(kubelet_status(cp, &namespace, &name, &netns.name, container).await);
+            child
         }
     };
     // `Process::port` is where health and metrics are served, as the probes say.
     let admin = ports.get("admin").or_else(|| ports.values().next()).copied().unwrap_or_default();
     RunningPod { process: Process { child, port: admin, log }, name, namespace, ports, rewrites, volume_sync }
+}
+
+/// The test's Node (created once, Ready): where Pods run in a network namespace are bound.
+async fn node(cp: &ControlPlane) -> &'static str {
+    const NODE: &str = "edgegate-test-node";
+    let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(cp.client().await);
+    if nodes.get_opt(NODE).await.expect("read the Node").is_none() {
+        let node = json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE}});
+        let _ = nodes.create(&PostParams::default(), &serde_json::from_value(node).expect("node")).await;
+    }
+    let ready = json!({"status": {"conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady"}]}});
+    nodes.patch_status(NODE, &PatchParams::default(), &Patch::Merge(&ready)).await.expect("Node Ready");
+    NODE
+}
+
+/// What a kubelet reports of Pod `pod` running in network namespace `netns`: Running at
+/// [`NETNS_ADDRESS`], and Ready while its container's readinessProbe (an `httpGet` on a named
+/// port, probed from inside the namespace every second) answers 200. The task doing it.
+async fn kubelet_status(
+    cp: &ControlPlane,
+    namespace: &str,
+    pod: &str,
+    netns: &str,
+    container: &Value,
+) -> tokio::task::AbortHandle {
+    let probe = &container["readinessProbe"]["httpGet"];
+    let port = match &probe["port"] {
+        Value::String(name) => container["ports"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|p| p["name"] == *name)
+            .and_then(|p| p["containerPort"].as_u64())
+            .unwrap_or_else(|| panic!("{pod}: the readiness probe's port {name} is no container port")),
+        other => other.as_u64().unwrap_or_else(|| panic!("{pod}: the runner probes an httpGet readinessProbe only")),
+    };
+    let url = format!("http://127.0.0.1:{port}{}", probe["path"].as_str().unwrap_or("/"));
+    let pods: Api<Pod> = Api::namespaced(cp.client().await, namespace);
+    let (pod, netns) = (pod.to_owned(), netns.to_owned());
+    let task = tokio::spawn(async move {
+        let mut reported = None;
+        loop {
+            let (netns, url) = (netns.clone(), url.clone());
+            let answered = tokio::task::spawn_blocking(move || {
+                std::process::Command::new("ip")
+                    .args(["netns", "exec", &netns, "curl", "-s", "-o", "/dev/null", "-w", "%{http_code}"])
+                    .args(["--max-time", "1", &url])
+                    .output()
+                    .is_ok_and(|o| o.stdout == b"200")
+            })
+            .await
+            .unwrap_or(false);
+            if reported != Some(answered) {
+                let status = if answered { "True" } else { "False" };
+                let body = json!({"status": {
+                    "phase": "Running",
+                    "podIP": NETNS_ADDRESS, "podIPs": [{"ip": NETNS_ADDRESS}],
+                    "conditions": [{"type": "Ready", "status": status}, {"type": "ContainersReady", "status": status}],
+                }});
+                if pods.patch_status(&pod, &PatchParams::default(), &Patch::Merge(&body)).await.is_ok() {
+                    reported = Some(answered);
+                }
+            }
+            tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+        }
+    });
+    task.abort_handle()
 }
 
 /// A kubeconfig with ServiceAccount `account`'s token bound to Pod `pod`: what the kubelet

@@ -524,3 +524,58 @@ async fn every_component_and_the_karmada_pair_apply_for_real() {
     apply(&cp, "without-crd", &["base"], &["components/without-crd", "components/cert-manager", "components/images"]);
     ok(&cp, &["get", "crd", "edgereachabilities.networking.datumapis.com"]);
 }
+
+/// Service → named `targetPort` → `containerPort` → `--listen`, checked by Kubernetes rather than
+/// the test: the webhook's Deployment from overlays/dev run by the pod runner inside a network
+/// namespace (its own network: it listens where the render says, 0.0.0.0:8443), its Pod reported
+/// Running at the namespace's address and Ready as its readiness probe says, and
+/// kube-controller-manager's EndpointSlice controller publishing it behind the render's Service.
+/// The API server then calls it through that Service, with the render's configuration unchanged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_api_server_reaches_the_webhook_pod_through_its_service() {
+    use edgegate_system_tests::pod::{Render, Rewrite, kustomization_with, run_in};
+    if !runs_as_root("a network namespace for the webhook's Pod") {
+        return;
+    }
+    let cp = ControlPlane::own();
+    cp.start_controller_manager();
+    let client = cp.client().await;
+    deploy_dev_certs();
+    let render = Render::of(&kustomization_with("install-service", &["overlays/dev"], &[], ""));
+    render.apply(&cp, |_| true);
+    namespace(&client, "routed", &[]).await;
+    set_record(&client, "routed", &["fd20:0:1e::1"]).await;
+
+    let netns = NetNs::create();
+    let started = Instant::now();
+    let pod = run_in(&cp, &render, "edgegate-webhook", 0, &[Rewrite::MountPath], &netns).await;
+    let slices: Api<EndpointSlice> = Api::namespaced(client.clone(), "edgegate-system");
+    let selector = "kubernetes.io/service-name=edgegate-webhook,endpointslice.kubernetes.io/managed-by=endpointslice-controller.k8s.io";
+    let routed =
+        eventually(Duration::from_secs(60), "the controller's EndpointSlice names the Pod, ready", async || {
+            let list = slices.list(&kube::api::ListParams::default().labels(selector)).await.map(|l| l.items);
+            list.unwrap_or_default().iter().any(|s| {
+                let ready = s.endpoints.iter().flatten().any(|e| {
+                    e.addresses.iter().any(|a| a == edgegate_system_tests::netns::NETNS_ADDRESS)
+                        && e.conditions.as_ref().and_then(|c| c.ready) == Some(true)
+                });
+                let https =
+                    s.ports.iter().flatten().any(|p| p.name.as_deref() == Some("https") && p.port == Some(8443));
+                ready && https
+            })
+        })
+        .await;
+    eprintln!(
+        "webhook Pod started → published ready behind its Service after {:?} ({routed:?} of waiting)",
+        started.elapsed()
+    );
+    eventually(Duration::from_secs(30), "the API server calls the webhook through its Service", async || {
+        write_copy_at(&client, "routed", "probe", "fd20:0:1e::9").await.is_err_and(|e| e.contains("routed"))
+    })
+    .await;
+    write_copy_at(&client, "routed", "served", "fd20:0:1e::1").await.expect("a named copy is admitted");
+    let refused = write_copy_at(&client, "routed", "unserved", "fd20:0:1e::9").await.expect_err("refused");
+    assert!(refused.contains("fd20:0:1e::9"), "edgegate's refusal, naming the address: {refused}");
+    assert!(pod.rewrites.iter().all(|r| !r.contains("--listen")), "listening as rendered: {:#?}", pod.rewrites);
+    cp.assert_nothing_refused();
+}
