@@ -65,6 +65,18 @@ impl Render {
     }
 }
 
+/// overlays/dev (enforcing) with the pruner's `flags` set by a patch, rendered as kustomization
+/// `name` and applied (but its admission configurations) to a control plane of its own, since
+/// the shipped pruner judges every copy of its API server; and an admin client.
+pub async fn with_pruner_flags(name: &str, flags: &[&str]) -> (ControlPlane, Render, kube::Client) {
+    crate::helpers::deploy_dev_certs();
+    let cp = ControlPlane::own();
+    let render = Render::tuned(name, &["overlays/dev"], &[], &[("edgegate-pruner", flags)]);
+    render.apply_but_admission(&cp);
+    let client = cp.client().await;
+    (cp, render, client)
+}
+
 /// Hand project control plane `project` to the hub's producer as project `name`, as
 /// docs/producer.md says: the render's ClusterRole `edgegate-producer-project` applied there and
 /// bound to a ServiceAccount of its own, whose token's kubeconfig (CA embedded, as a kubeconfig

@@ -11,16 +11,6 @@ use edgegate_system_tests::helpers::*;
 use edgegate_system_tests::pod::{Render, Rewrite, RunningPod, run};
 use edgegate_system_tests::shipped;
 
-/// The shipped install (overlays/dev) with the pruner's `flags` set, on a control plane of its
-/// own; and an admin client.
-async fn with_pruner_flags(name: &str, flags: &[&str]) -> (ControlPlane, Render, Client) {
-    let cp = ControlPlane::own();
-    let render = Render::tuned(name, &["overlays/dev"], &[], &[("edgegate-pruner", flags)]);
-    render.apply_but_admission(&cp);
-    let client = cp.client().await;
-    (cp, render, client)
-}
-
 async fn pruner(cp: &ControlPlane, render: &Render, replica: usize) -> RunningPod {
     let pod = run(cp, render, "edgegate-pruner", replica, &[Rewrite::ListenAddress]).await;
     until_ready("pruner ready", &pod.process, None).await;
@@ -142,7 +132,7 @@ async fn webhook_through_the_api_server() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pruner_deletes_only_unserved_copies_and_only_one_replica_deletes() {
-    let (cp, render, client) = with_pruner_flags("e2e-pruner", &["--lease-duration=3s", "--grace=0s"]).await;
+    let (cp, render, client) = shipped::with_pruner_flags("e2e-pruner", &["--lease-duration=3s", "--grace=0s"]).await;
     for ns in ["pr-a", "pr-none"] {
         namespace(&client, ns, &[]).await;
     }
@@ -211,7 +201,7 @@ async fn pruner_deletes_only_unserved_copies_and_only_one_replica_deletes() {
 /// for ever), and a published unnamed copy can still be labelled by other controllers.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_terminating_copy_can_leave_and_an_unnamed_copy_can_be_labelled() {
-    let (cp, render, client) = with_pruner_flags("e2e-finalizer", &["--resync=1s", "--grace=0s"]).await;
+    let (cp, render, client) = shipped::with_pruner_flags("e2e-finalizer", &["--resync=1s", "--grace=0s"]).await;
     namespace(&client, "fin-a", &[("edgegate-e2e", "finalizer")]).await;
     set_record(&client, "fin-a", &["fd20:0:5::1", "fd20:0:5::2"]).await;
     let _webhook = shipped::webhook(&cp, "finalizer", false).await;
@@ -278,7 +268,7 @@ async fn a_terminating_copy_can_leave_and_an_unnamed_copy_can_be_labelled() {
 /// deletes, and afterwards the audit is clean (exit 0).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn audit_predicts_exactly_what_the_pruner_deletes() {
-    let (cp, render, client) = with_pruner_flags("e2e-audit", &["--grace=0s"]).await;
+    let (cp, render, client) = shipped::with_pruner_flags("e2e-audit", &["--grace=0s"]).await;
     let cp = &cp;
     for ns in ["au-a", "au-empty", "au-none"] {
         namespace(&client, ns, &[]).await;

@@ -8,16 +8,7 @@
 
 use edgegate_system_tests::helpers::*;
 use edgegate_system_tests::pod::{Render, Rewrite, RunningPod, run};
-
-/// The shipped install with the pruner's `flags` set, on a control plane of its own; and its
-/// admin client.
-async fn installed(name: &str, flags: &[&str]) -> (ControlPlane, Render, Client) {
-    let cp = ControlPlane::own();
-    let render = Render::tuned(name, &["overlays/dev"], &[], &[("edgegate-pruner", flags)]);
-    render.apply_but_admission(&cp);
-    let client = cp.client().await;
-    (cp, render, client)
-}
+use edgegate_system_tests::shipped::with_pruner_flags;
 
 async fn pruner(cp: &ControlPlane, render: &Render, replica: usize) -> RunningPod {
     run(cp, render, "edgegate-pruner", replica, &[Rewrite::ListenAddress]).await
@@ -43,7 +34,7 @@ fn leads(p: &Process) -> bool {
 async fn a_withdrawal_over_many_namespaces_is_paced_as_one() {
     const TEST: &str = "pace";
     const NAMESPACES: usize = 200;
-    let (cp, render, client) = installed("safety-pace", &["--max-deletes-per-second=20", "--grace=0s"]).await;
+    let (cp, render, client) = with_pruner_flags("safety-pace", &["--max-deletes-per-second=20", "--grace=0s"]).await;
     let names: Vec<String> = (0..NAMESPACES).map(|i| format!("pace-{i:03}")).collect();
     futures::future::join_all(names.iter().enumerate().map(async |(i, ns)| {
         namespace(&client, ns, &[]).await;
@@ -79,7 +70,7 @@ async fn a_withdrawal_over_many_namespaces_is_paced_as_one() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_copy_that_slipped_past_the_webhook_is_collected_at_once() {
     const TEST: &str = "slipped";
-    let (cp, render, client) = installed("safety-slipped", &["--resync=10m", "--grace=1s"]).await;
+    let (cp, render, client) = with_pruner_flags("safety-slipped", &["--resync=10m", "--grace=1s"]).await;
     namespace(&client, "slipped-a", &[]).await;
     set_record(&client, "slipped-a", &["fd20:0:8::1"]).await;
     let pod = pruner(&cp, &render, 0).await;
@@ -106,7 +97,7 @@ async fn a_copy_that_slipped_past_the_webhook_is_collected_at_once() {
 async fn a_leader_that_cannot_renew_stops_deleting_and_a_clean_stop_hands_over() {
     const TEST: &str = "lease";
     let (cp, render, client) =
-        installed("safety-lease", &["--lease-duration=4s", "--max-deletes-per-second=1", "--grace=0s"]).await;
+        with_pruner_flags("safety-lease", &["--lease-duration=4s", "--max-deletes-per-second=1", "--grace=0s"]).await;
     namespace(&client, "lease-a", &[]).await;
     set_record(&client, "lease-a", &["fd20:0:9::ffff"]).await;
     let first_pod = pruner(&cp, &render, 0).await;
