@@ -2,8 +2,8 @@
 //! by tests/control-plane/build.sh, started on free loopback ports with generated certificates and
 //! an admin kubeconfig. One per test binary, shared by its tests (each in its own namespaces).
 //!
-//! On request, more programs join it: kube-controller-manager with the namespace and garbage
-//! collector controllers ([`ControlPlane::start_controller_manager`]), or any other
+//! On request, more programs join it: kube-controller-manager with the namespace, garbage
+//! collector and EndpointSlice controllers ([`ControlPlane::start_controller_manager`]), or any other
 //! ([`ControlPlane::start_once`], as `crate::cert_manager` does for cert-manager).
 //!
 //! Every process runs under a watchdog shell that kills it once the test process is gone, so
@@ -431,9 +431,7 @@ impl ControlPlane {
     /// audit's `authorization.k8s.io/decision: forbid`; not an admission's 403, such as a write
     /// into a terminating namespace), from its audit log: `user verb uri`, each once.
     pub fn refused(&self) -> Vec<String> {
-        let mut refused: Vec<String> = self.refused_at().into_iter().map(|(_, what)| what).collect();
-        refused.dedup();
-        refused
+        self.refused_outside(&[]).0
     }
 
     /// [`ControlPlane::refused`], each with when it was received.
@@ -441,8 +439,11 @@ impl ControlPlane {
         let log = std::fs::read_to_string(self.dir.join("audit.log")).unwrap_or_default();
         log.lines()
             .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
-            .filter(|e| e["responseStatus"]["code"] == 403)
-            .filter(|e| e["annotations"]["authorization.k8s.io/decision"] == "forbid")
+            // Refused by the authorizer (403, decision forbid), or a credential not accepted (401).
+            .filter(|e| {
+                let code = &e["responseStatus"]["code"];
+                code == 401 || (code == 403 && e["annotations"]["authorization.k8s.io/decision"] == "forbid")
+            })
             .filter(|e| e["user"]["groups"].as_array().is_some_and(|g| g.iter().any(|g| g == EDGEGATE_ACCOUNTS)))
             .map(|e| {
                 let at = e["requestReceivedTimestamp"].as_str().and_then(|t| humantime::parse_rfc3339(t).ok());
@@ -452,6 +453,22 @@ impl ControlPlane {
                 )
             })
             .collect()
+    }
+
+    /// [`ControlPlane::refused`], but for refusals within 10 s after one of `restarts` (when the
+    /// API server went down, when it answered again): a kube-apiserver just started refuses what
+    /// its RBAC informers have not synced yet, and the binaries retry. Returns the refusals left
+    /// (each once) and how many were excused.
+    pub fn refused_outside(&self, restarts: &[(std::time::SystemTime, std::time::SystemTime)]) -> (Vec<String>, usize) {
+        let (mut left, mut excused) = (std::collections::BTreeSet::new(), 0);
+        for (at, what) in self.refused_at() {
+            if restarts.iter().any(|(down, back)| *down <= at && at <= *back + Duration::from_secs(10)) {
+                excused += 1;
+            } else {
+                left.insert(what);
+            }
+        }
+        (left.into_iter().collect(), excused)
     }
 
     /// No request by edgegate's ServiceAccounts was refused.

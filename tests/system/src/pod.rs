@@ -18,6 +18,15 @@
 //!
 //! Timings shorter than the shipped defaults come from a kustomize patch the test writes where a
 //! reader sees it ([`kustomization_with`]), never from here.
+//!
+//! What a kubelet does and the runner does not, besides the rewrites: the container's
+//! `securityContext` (its user, a read-only root) and `resources` are not applied, and it runs in
+//! the test's working directory; a stop is SIGTERM, then SIGKILL after 3 s (no `preStop`, no
+//! `terminationGracePeriodSeconds`); the liveness probe is not run; the Pod's token is requested
+//! for a day rather than renewed; a process killed is not restarted in its Pod: a test starts a
+//! new Pod (a new name), as a ReplicaSet replaces a deleted one, so the in-place restart of a
+//! crashed container (same Pod name, its own Lease taken back at once) is not exercised. A Pod
+//! object is deleted when its process is dropped.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -62,7 +71,7 @@ impl Render {
     pub fn apply(&self, cp: &ControlPlane, keep: impl Fn(&Value) -> bool) {
         let docs: Vec<String> =
             self.objects.iter().filter(|o| keep(o)).map(|o| serde_json::to_string(o).expect("json")).collect();
-        let file = cp.dir.join(format!("render-{}.json", free_port()));
+        let file = cp.dir.join(format!("render-{}.json", unique()));
         let list = format!("{{\"apiVersion\": \"v1\", \"kind\": \"List\", \"items\": [{}]}}", docs.join(","));
         std::fs::write(&file, list).expect("write render");
         let out = Command::new("kubectl")
@@ -76,9 +85,17 @@ impl Render {
     }
 }
 
+/// A number no other call in this process gets: for names that must not collide.
+fn unique() -> u64 {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    u64::from(std::process::id()) * 1_000_000 + NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+}
+
 /// `kubectl kustomize DIR` (or `EDGEGATE_KUSTOMIZE DIR`, e.g. `kustomize build`), parsed into
-/// objects.
+/// objects. deploy/components/dev-certs' certificate (not in git) is made first if missing, as
+/// every render with that component reads it.
 pub fn render(dir: &Path) -> Vec<Value> {
+    crate::helpers::deploy_dev_certs();
     let kustomize = std::env::var("EDGEGATE_KUSTOMIZE").unwrap_or_else(|_| "kubectl kustomize".to_owned());
     let mut words = kustomize.split_whitespace();
     let program = words.next().unwrap_or("kubectl");
@@ -119,6 +136,8 @@ pub struct RunningPod {
     /// The tasks keeping its Secret volumes (and, in a network namespace, its status) in step,
     /// stopped with it.
     volume_sync: Vec<tokio::task::AbortHandle>,
+    /// To delete its Pod object when it stops.
+    admin_kubeconfig: PathBuf,
 }
 
 impl Drop for RunningPod {
@@ -126,6 +145,13 @@ impl Drop for RunningPod {
         for task in &self.volume_sync {
             task.abort();
         }
+        // Its Pod object goes too, as when a ReplicaSet's Pod is deleted: no endpoint stays
+        // behind, and its bound token stops being valid.
+        let _ = Command::new("kubectl")
+            .arg("--kubeconfig")
+            .arg(&self.admin_kubeconfig)
+            .args(["delete", "pod", "-n", &self.namespace, &self.name, "--wait=false", "--ignore-not-found"])
+            .output();
     }
 }
 
@@ -200,7 +226,7 @@ async fn run_placed(
     // a mounted kubeconfig) the Pod gets no credentials of its own.
     let automount = spec["automountServiceAccountToken"].as_bool() != Some(false);
     let account = spec["serviceAccountName"].as_str().unwrap_or("default").to_owned();
-    let name = format!("{deployment}-{replica}-{}", free_port());
+    let name = format!("{deployment}-{replica}-{}", unique());
     let client = cp.client().await;
 
     // The Pod object, as the ReplicaSet controller would create it (what the token is bound to).
@@ -270,7 +296,8 @@ async fn run_placed(
     }
 
     // The container's environment: values, and the Pod's own name and namespace.
-    let mut env = Vec::new();
+    // The kubelet sets HOSTNAME to the Pod's name.
+    let mut env = vec![format!("HOSTNAME={name}")];
     if let Some(kubeconfig) = kubeconfig {
         env.push(format!("KUBECONFIG={}", kubeconfig.display()));
         rewrites
@@ -321,7 +348,15 @@ async fn run_placed(
     };
     // `Process::port` is where health and metrics are served, as the probes say.
     let admin = ports.get("admin").or_else(|| ports.values().next()).copied().unwrap_or_default();
-    RunningPod { process: Process { child, port: admin, log }, name, namespace, ports, rewrites, volume_sync }
+    RunningPod {
+        process: Process { child, port: admin, log },
+        name,
+        namespace,
+        ports,
+        rewrites,
+        volume_sync,
+        admin_kubeconfig: cp.kubeconfig.clone(),
+    }
 }
 
 /// The test's Node (created once, Ready): where Pods run in a network namespace are bound.
@@ -338,8 +373,9 @@ async fn node(cp: &ControlPlane) -> &'static str {
 }
 
 /// What a kubelet reports of Pod `pod` running in network namespace `netns`: Running at
-/// [`NETNS_ADDRESS`], and Ready while its container's readinessProbe (an `httpGet` on a named
-/// port, probed from inside the namespace every second) answers 200. The task doing it.
+/// [`NETNS_ADDRESS`], and Ready as its container's readinessProbe (an `httpGet` on a port,
+/// probed from inside the namespace) says, with the probe's own `periodSeconds` (10),
+/// `timeoutSeconds` (1) and `failureThreshold` (3), as a kubelet applies them. The task doing it.
 async fn kubelet_status(
     cp: &ControlPlane,
     namespace: &str,
@@ -347,7 +383,9 @@ async fn kubelet_status(
     netns: &str,
     container: &Value,
 ) -> tokio::task::AbortHandle {
-    let probe = &container["readinessProbe"]["httpGet"];
+    let readiness = &container["readinessProbe"];
+    let probe = &readiness["httpGet"];
+    assert!(probe["scheme"].is_null() || probe["scheme"] == "HTTP", "{pod}: the runner probes plain HTTP only");
     let port = match &probe["port"] {
         Value::String(name) => container["ports"]
             .as_array()
@@ -358,34 +396,44 @@ async fn kubelet_status(
             .unwrap_or_else(|| panic!("{pod}: the readiness probe's port {name} is no container port")),
         other => other.as_u64().unwrap_or_else(|| panic!("{pod}: the runner probes an httpGet readinessProbe only")),
     };
+    let setting = |name: &str, default: u64| readiness[name].as_u64().unwrap_or(default);
+    let (period, timeout, failures) =
+        (setting("periodSeconds", 10), setting("timeoutSeconds", 1), setting("failureThreshold", 3));
     let url = format!("http://127.0.0.1:{port}{}", probe["path"].as_str().unwrap_or("/"));
     let pods: Api<Pod> = Api::namespaced(cp.client().await, namespace);
     let (pod, netns) = (pod.to_owned(), netns.to_owned());
     let task = tokio::spawn(async move {
-        let mut reported = None;
+        let (mut reported, mut ready, mut failed) = (None, false, 0);
         loop {
             let (netns, url) = (netns.clone(), url.clone());
             let answered = tokio::task::spawn_blocking(move || {
                 std::process::Command::new("ip")
                     .args(["netns", "exec", &netns, "curl", "-s", "-o", "/dev/null", "-w", "%{http_code}"])
-                    .args(["--max-time", "1", &url])
+                    .args(["--max-time", &timeout.to_string(), &url])
                     .output()
                     .is_ok_and(|o| o.stdout == b"200")
             })
             .await
             .unwrap_or(false);
-            if reported != Some(answered) {
-                let status = if answered { "True" } else { "False" };
+            // Ready at the first success; not ready after `failureThreshold` failures in a row.
+            failed = if answered { 0 } else { failed + 1 };
+            if answered {
+                ready = true;
+            } else if failed >= failures {
+                ready = false;
+            }
+            if reported != Some(ready) {
+                let status = if ready { "True" } else { "False" };
                 let body = json!({"status": {
                     "phase": "Running",
                     "podIP": NETNS_ADDRESS, "podIPs": [{"ip": NETNS_ADDRESS}],
                     "conditions": [{"type": "Ready", "status": status}, {"type": "ContainersReady", "status": status}],
                 }});
                 if pods.patch_status(&pod, &PatchParams::default(), &Patch::Merge(&body)).await.is_ok() {
-                    reported = Some(answered);
+                    reported = Some(ready);
                 }
             }
-            tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+            tokio::time::sleep(std::time::Duration::from_secs(period)).await;
         }
     });
     task.abort_handle()
@@ -404,7 +452,9 @@ async fn pod_token(
     let accounts: Api<ServiceAccount> = Api::namespaced(client, namespace);
     let request = TokenRequest {
         spec: Some(TokenRequestSpec {
-            expiration_seconds: Some(3600),
+            // A kubelet renews its Pod's token before it expires; the runner asks for one that
+            // outlasts any run here instead (a day).
+            expiration_seconds: Some(86_400),
             bound_object_ref: Some(BoundObjectReference {
                 api_version: Some("v1".into()),
                 kind: Some("Pod".into()),

@@ -165,19 +165,25 @@ fn render_objects_apply(cp: &ControlPlane, objects: &[Value]) {
     Render { objects: objects.to_vec() }.apply(cp, |_| true);
 }
 
-/// deploy/'s webhook as installed with overlays/dev (enforcing, the dev certificate's Secret):
-/// the render applied to `cp` (but its admission configurations), a Pod of it run under its own
-/// ServiceAccount, ready, and registered by URL ([`register_webhook`]) for namespaces labelled
+/// deploy/'s webhook as installed: a Pod of `installed` (a render already applied to `cp`), or
+/// else of overlays/dev (enforcing, the dev certificate's Secret) applied to `cp` but for its
+/// admission configurations; run under its own ServiceAccount, ready, and registered by URL ([`register_webhook`]) for namespaces labelled
 /// `edgegate-e2e=<scope>`, with deploy/'s matchConditions or (`match_conditions` false) without
 /// them, as an API server that lacks them calls it. Applying the same render again is a no-op,
 /// so tests sharing a control plane may each call this.
-pub async fn webhook(cp: &ControlPlane, scope: &str, match_conditions: bool) -> Webhook {
-    crate::helpers::deploy_dev_certs();
-    let render = Render::of(&kustomization_with("e2e-webhook", &["overlays/dev"], &[], ""));
-    render.apply_but_admission(cp);
+pub async fn webhook(cp: &ControlPlane, installed: Option<&Render>, scope: &str, match_conditions: bool) -> Webhook {
+    let own;
+    let render = match installed {
+        Some(render) => render,
+        None => {
+            own = Render::of(&kustomization_with(&format!("webhook-{scope}"), &["overlays/dev"], &[], ""));
+            own.apply_but_admission(cp);
+            &own
+        }
+    };
     let pod = crate::pod::run(
         cp,
-        &render,
+        render,
         "edgegate-webhook",
         0,
         &[crate::pod::Rewrite::ListenAddress, crate::pod::Rewrite::MountPath],
@@ -185,7 +191,7 @@ pub async fn webhook(cp: &ControlPlane, scope: &str, match_conditions: bool) -> 
     .await;
     crate::helpers::until_ready("webhook ready", &pod.process, None).await;
     let https = pod.port("https");
-    register(cp, &render, https, scope, match_conditions);
+    register(cp, render, https, scope, match_conditions);
     Webhook { ca: crate::helpers::deploy_dev_certs().join("ca.crt"), https, pod }
 }
 

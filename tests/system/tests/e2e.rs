@@ -45,7 +45,7 @@ async fn webhook_through_the_api_server() {
     }
     set_record(&client, "wh-empty", &[]).await;
     set_record(&client, "wh-named", &["FD20:0:2::1:0:1"]).await;
-    let webhook = shipped::webhook(cp, "webhook", true).await;
+    let webhook = shipped::webhook(cp, None, "webhook", true).await;
     // The configuration reaches the API server through an informer: wait for a known-bad copy
     // to be refused before asserting anything.
     eventually(Duration::from_secs(30), "webhook configuration in effect", async || {
@@ -204,7 +204,7 @@ async fn a_terminating_copy_can_leave_and_an_unnamed_copy_can_be_labelled() {
     let (cp, render, client) = shipped::with_pruner_flags("e2e-finalizer", &["--resync=1s", "--grace=0s"]).await;
     namespace(&client, "fin-a", &[("edgegate-e2e", "finalizer")]).await;
     set_record(&client, "fin-a", &["fd20:0:5::1", "fd20:0:5::2"]).await;
-    let _webhook = shipped::webhook(&cp, "finalizer", false).await;
+    let _webhook = shipped::webhook(&cp, Some(&render), "finalizer", false).await;
     eventually(Duration::from_secs(30), "webhook configuration in effect", async || {
         create(&client, "fin-a", &slice("finalizer", "marker", true, &["fd20:0:5::9"]), true).await.is_err()
     })
@@ -257,7 +257,7 @@ async fn a_terminating_copy_can_leave_and_an_unnamed_copy_can_be_labelled() {
         .await
         .expect("the UPDATE removing the last finalizer of a terminating copy is admitted");
     let took =
-        eventually(Duration::from_secs(5), "terminating copy gone", async || !exists(&client, "fin-a", "held").await)
+        eventually(Duration::from_secs(30), "terminating copy gone", async || !exists(&client, "fin-a", "held").await)
             .await;
     println!("finalizer removed → copy gone: {took:?}");
     assert!(took < Duration::from_secs(5), "finalizer removed → copy gone took {took:?}");
@@ -348,7 +348,7 @@ async fn match_conditions_skip_only_what_cannot_be_refused() {
     install_crd(&client).await;
     namespace(&client, "mc-a", &[("edgegate-e2e", "match")]).await;
     set_record(&client, "mc-a", &["fd20:0:6::1", "fd20:0:6::2"]).await;
-    let webhook = shipped::webhook(cp, "match", true).await;
+    let webhook = shipped::webhook(cp, None, "match", true).await;
     eventually(Duration::from_secs(30), "webhook in effect", async || {
         create(&client, "mc-a", &slice("match", "marker", true, &["fd20:0:6::9"]), true).await.is_err()
     })
@@ -379,11 +379,12 @@ async fn match_conditions_skip_only_what_cannot_be_refused() {
     assert_eq!(reviews(), before + 3, "an UPDATE adding an address is reviewed");
     set_record(&client, "mc-a", &[]).await;
     let grow = json!({"endpoints": [{"addresses": ["fd20:0:6::1"]}, {"addresses": ["fd20:0:6::2"]}, {"addresses": ["fd20:0:6::3"]}]});
-    let refused = eventually(Duration::from_secs(5), "an unnamed address added is refused", async || {
+    let refused = eventually(Duration::from_secs(30), "an unnamed address added is refused", async || {
         slices.patch("held", &PatchParams::default(), &patch(grow.clone())).await.is_err()
     })
     .await;
-    assert!(refused < Duration::from_secs(5));
+    eprintln!("record emptied → an unnamed address added refused after {refused:?}");
+    assert!(refused < Duration::from_secs(5), "record emptied → refused took {refused:?} (sub-second expected)");
     slices.delete("held", &DeleteParams::default()).await.expect("DELETE");
     let calls = reviews();
     let release = json!({"metadata": {"finalizers": null}});

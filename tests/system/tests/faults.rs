@@ -91,11 +91,13 @@ async fn withdrawal_survives(fault: &'static str) {
     let (before, n) = wait_count("withdrawal under way", &|n| n < COPIES - 200).await;
     let rate_before = (COPIES - n) as f64 / before.as_secs_f64();
     let restart = std::time::Instant::now();
+    let down = std::time::SystemTime::now();
     {
         let cp = &cp;
         tokio::task::block_in_place(|| cp.restart(fault, Duration::from_secs(2)));
     }
     let back = std::time::Instant::now();
+    let back_wall = std::time::SystemTime::now();
     let left_at_back = count("withdrawn").await;
     let (resumed, _) = wait_count("deleting again", &|n| n < left_at_back).await;
     let (took, _) = wait_count("withdrawal complete", &|n| n == 0).await;
@@ -116,7 +118,10 @@ async fn withdrawal_survives(fault: &'static str) {
     assert!(resumed <= Duration::from_secs(5), "resumed {resumed:?} after the API server was back");
     let budget = Duration::from_secs(5) + Duration::from_secs_f64(1.5 * left_at_back as f64 / rate_before);
     assert!(took <= budget, "finished {took:?} after the API server was back ({left_at_back} left; budget {budget:?})");
-    cp.assert_nothing_refused();
+    // A kube-apiserver just started refuses what its RBAC informers have not synced yet.
+    let (refused, excused) = cp.refused_outside(&[(down, back_wall)]);
+    eprintln!("{fault} restart: {excused} requests of edgegate's refused while RBAC synced after it");
+    assert!(refused.is_empty(), "the API server refused edgegate's requests: {refused:#?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -299,7 +299,7 @@ async fn producer_between_a_project_and_the_hub() {
     eprintln!("producer: project back → record written after {took:?}");
 
     // The whole flow, with the webhook and the pruner on the hub.
-    let _webhook = shipped::webhook(hub_cp, SCOPE, true).await;
+    let _webhook = shipped::webhook(hub_cp, Some(&render), SCOPE, true).await;
     eventually(Duration::from_secs(30), "webhook in effect", async || {
         create(&hub, &a, &slice(SCOPE, "marker", true, &["fd20:0:2::9"]), true).await.is_err()
     })

@@ -185,6 +185,7 @@ async fn a_release_packages_what_it_pins_and_installs() {
     );
     assert!(untar.status.success(), "{}", text(&untar));
     assert!(unpacked.join("LICENSE").is_file(), "the archive carries LICENSE");
+    // The operator's command, with the operator's (admin) kubeconfig.
     let audit = run(
         Command::new("env")
             .arg("-i")

@@ -98,7 +98,8 @@ async fn hub_scale() {
     );
     drop(pruner);
 
-    // The webhook, with the 10,000 records, then with 1,000,000 addresses more.
+    // The webhook, with the 10,000 records, then with 1,000,000 addresses more (admin credentials,
+    // as the pruner's above: its memory and start-up do not depend on them).
     let ca = dev_certs().join("ca.crt");
     let webhook = start_webhook(&cp, &cp.kubeconfig);
     let ready = wait_ready(&format!("https://127.0.0.1:{}/readyz", webhook.port), Some(&ca)).await;

@@ -8,7 +8,7 @@
 //!    have reached the pruner: counted as a race); no write is refused whose address has been
 //!    served, without a break, for that long (outside faults);
 //!    A deletion by the pruner of a copy whose address the hub's record had named again for more
-//!    than 1 s (by the checker's own watch of the records, which trails the hub) is a violation
+//!    than 2 s (by the checker's own watch of the records, which trails the hub) is a violation
 //!    too: so a race is counted only while the record did not name the address yet.
 //! 2. always collect what stopped serving: a copy whose address no longer serves is gone within
 //!    `withdraw-after + grace + slack`, counted from when it stopped serving or from the end (plus
@@ -43,7 +43,8 @@ pub const LAG: Duration = Duration::from_millis(500);
 
 /// How long before a deletion the checker may see the record name the copy's address without a
 /// violation: the pruner's read before its DELETE and the DELETE itself, on a loaded machine.
-pub const NAMED_BEFORE: Duration = Duration::from_secs(1);
+/// The two are seen by two watches (records, copies), either of which may trail the other.
+pub const NAMED_BEFORE: Duration = Duration::from_secs(2);
 
 /// How long an address served again takes to reach the pruner: the producer's watch and write,
 /// the pruner's watch of the record (generous for a loaded 2-core machine).
@@ -93,6 +94,9 @@ struct Truth {
     reported: BTreeSet<(String, String)>,
     /// Since when the hub's record has named each address (by the checker's watch).
     named_since: HashMap<(String, String), Instant>,
+    /// Since when the checker's watch of the records has been whole without a break (`None`
+    /// while it is broken or relisting): only then is `named_since` the hub's.
+    records_whole_since: Option<Instant>,
 }
 
 pub struct Checker {
@@ -217,7 +221,15 @@ impl Checker {
         let just_served =
             truth.served_since.get(&addr_key).is_some_and(|s| at.saturating_duration_since(*s) < PROPAGATION)
                 && truth.streak_ended.get(&addr_key).is_none_or(|e| at.saturating_duration_since(*e) >= self.window);
-        let named = truth.named_since.get(&addr_key).map(|t| at.saturating_duration_since(*t));
+        // Seen gone only at a relist, the deletion's time is unknown: it may have come before. And
+        // the checker's view of the records must have been whole since the address was named
+        // (after a hub restart one watch may come back long before the other).
+        let named = truth
+            .named_since
+            .get(&addr_key)
+            .filter(|t| truth.records_whole_since.is_some_and(|w| w <= **t))
+            .map(|t| at.saturating_duration_since(*t))
+            .filter(|_| !relisted);
         if let Some(named) = named.filter(|n| *n > NAMED_BEFORE) {
             drop(truth);
             self.violation(
@@ -299,7 +311,33 @@ impl Checker {
         let api: Api<edgegate::EdgeReachability> = Api::all(hub);
         let mut stream = watcher::watcher(api, watcher::Config::default()).default_backoff().boxed();
         let mut known: HashMap<String, BTreeSet<String>> = HashMap::new();
+        let mut relisted = BTreeSet::new();
         while let Some(event) = stream.next().await {
+            // A record gone (deleted, or missing from a relist) names nothing any more.
+            match &event {
+                Ok(Event::InitDone) => self.truth.lock().expect("truth").records_whole_since = Some(Instant::now()),
+                Ok(Event::Init) | Err(_) => self.truth.lock().expect("truth").records_whole_since = None,
+                _ => {}
+            }
+            let gone: Vec<String> = match &event {
+                Ok(Event::Delete(record)) => vec![record.metadata.namespace.clone().unwrap_or_default()],
+                Ok(Event::Init) => {
+                    relisted.clear();
+                    vec![]
+                }
+                Ok(Event::InitApply(record)) => {
+                    relisted.insert(record.metadata.namespace.clone().unwrap_or_default());
+                    vec![]
+                }
+                Ok(Event::InitDone) => known.keys().filter(|ns| !relisted.contains(*ns)).cloned().collect(),
+                _ => vec![],
+            };
+            if !gone.is_empty() {
+                let mut truth = self.truth.lock().expect("truth");
+                truth.named_since.retain(|(n, _), _| !gone.contains(n));
+                drop(truth);
+                known.retain(|ns, _| !gone.contains(ns));
+            }
             let Ok(Event::Apply(record) | Event::InitApply(record)) = event else { continue };
             let ns = record.metadata.namespace.clone().unwrap_or_default();
             let now: BTreeSet<String> = record.entries().iter().cloned().collect();
