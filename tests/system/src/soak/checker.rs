@@ -9,7 +9,10 @@
 //!    served, without a break, for that long (outside faults);
 //!    A deletion by the pruner of a copy whose address the hub's record had named again for more
 //!    than 2 s (by the checker's own watch of the records, which trails the hub) is a violation
-//!    too: so a race is counted only while the record did not name the address yet.
+//!    too: so a race is counted only while the record did not name the address yet. A copy seen
+//!    gone only when the checker's watch relisted went at some moment of the gap: it is a
+//!    violation only if its address had been served throughout (from the window before the gap),
+//!    and is counted otherwise.
 //! 2. always collect what stopped serving: a copy whose address no longer serves is gone within
 //!    `withdraw-after + grace + slack`, counted from when it stopped serving or from the end (plus
 //!    recovery) of the last fault that could delay a collection, whichever is later (the
@@ -75,6 +78,9 @@ pub struct Findings {
     /// Copies deleted less than [`PROPAGATION`] after their address was served again, following
     /// a break longer than the window: a race with news that cannot have reached the pruner.
     pub raced: usize,
+    /// Copies by the pruner seen gone only at a relist of the checker's watch, whose address was
+    /// not served throughout the gap: when they went is unknown, so they are counted, not judged.
+    pub relisted: usize,
 }
 
 /// What the checker knows of each (hub namespace, address).
@@ -192,9 +198,11 @@ impl Checker {
         self.findings.lock().expect("findings").published.extend(published);
     }
 
-    /// A copy deleted at `at` (`relisted`: seen gone only at a relist, so when is unknown): by the
-    /// cell (its pod went), with its namespace, or by the pruner.
-    fn deleted(&self, copy: &EndpointSlice, at: Instant, relisted: bool, per_second: &mut Vec<Instant>) {
+    /// A copy deleted at `at` (`gap`: seen gone only at a relist, so deleted at some moment
+    /// since `gap`, the last event before the watch broke, and `at`): by the cell (its pod went),
+    /// with its namespace, or by the pruner.
+    fn deleted(&self, copy: &EndpointSlice, at: Instant, gap: Option<Instant>, per_second: &mut Vec<Instant>) {
+        let relisted = gap.is_some();
         let k = key(copy);
         let uid = copy.metadata.uid.clone().unwrap_or_default();
         let by_cell = self.ledger.lock().expect("ledger").deleted.contains(&uid);
@@ -216,6 +224,28 @@ impl Checker {
         drop(findings);
         let addr_key = (k.0.clone(), address(copy));
         let truth = self.truth.lock().expect("truth");
+        if let Some(gap) = gap {
+            // When in the gap it went is unknown: a violation only if at every moment of the gap
+            // the address had been served within the window, i.e. served without a break since
+            // the window before the gap began. Otherwise it is counted, not judged.
+            let served_throughout = truth.served_since.get(&addr_key).is_some_and(|s| *s + self.window <= gap);
+            drop(truth);
+            if served_throughout {
+                self.violation(
+                    1,
+                    format!(
+                        "copy {}/{} ({}) deleted while its watch was broken ({:.1?}), its address served throughout",
+                        k.0,
+                        k.1,
+                        addr_key.1,
+                        at.saturating_duration_since(gap)
+                    ),
+                );
+            } else {
+                self.findings.lock().expect("findings").relisted += 1;
+            }
+            return;
+        }
         // Served again only just now (after a break longer than the window): nothing downstream of
         // the project can have seen it yet, so a deletion racing it is counted, not flagged.
         let just_served =
@@ -228,8 +258,7 @@ impl Checker {
             .named_since
             .get(&addr_key)
             .filter(|t| truth.records_whole_since.is_some_and(|w| w <= **t))
-            .map(|t| at.saturating_duration_since(*t))
-            .filter(|_| !relisted);
+            .map(|t| at.saturating_duration_since(*t));
         if let Some(named) = named.filter(|n| *n > NAMED_BEFORE) {
             drop(truth);
             self.violation(
@@ -252,7 +281,7 @@ impl Checker {
             // The checker's own history of the address, to tell its view's lag from edgegate's.
             let before = |t: Option<&Instant>| t.map(|t| format!("{:.1?} before", at.saturating_duration_since(*t)));
             let history = format!(
-                "served without a break since: {:?}; last break began: {:?}; relisted: {relisted}",
+                "served without a break since: {:?}; last break began: {:?}",
                 before(truth.served_since.get(&addr_key)),
                 before(truth.streak_ended.get(&addr_key)),
             );
@@ -280,29 +309,39 @@ impl Checker {
         let mut stream = watcher::watcher(api, watcher::Config::default().labels(&selector)).default_backoff().boxed();
         let (mut known, mut relisting): (HashMap<(String, String), EndpointSlice>, HashMap<_, _>) = Default::default();
         let mut per_second = Vec::new();
+        // The last event seen, and (while the watch is broken or relisting) the last one before.
+        let (mut last_event, mut gap) = (Instant::now(), None);
         while let Some(event) = stream.next().await {
-            let Ok(event) = event else { continue };
+            let Ok(event) = event else {
+                gap = gap.or(Some(last_event));
+                continue;
+            };
             match event {
                 Event::Apply(copy) => {
                     known.insert(key(&copy), copy);
                 }
                 Event::Delete(copy) => {
                     known.remove(&key(&copy));
-                    self.deleted(&copy, Instant::now(), false, &mut per_second);
+                    self.deleted(&copy, Instant::now(), None, &mut per_second);
                 }
-                Event::Init => relisting.clear(),
+                Event::Init => {
+                    gap = gap.or(Some(last_event));
+                    relisting.clear();
+                }
                 Event::InitApply(copy) => {
                     relisting.insert(key(&copy), copy);
                 }
                 Event::InitDone => {
+                    let since = gap.take().unwrap_or(last_event);
                     for (k, copy) in &known {
                         if !relisting.contains_key(k) {
-                            self.deleted(copy, Instant::now(), true, &mut per_second);
+                            self.deleted(copy, Instant::now(), Some(since), &mut per_second);
                         }
                     }
                     known = std::mem::take(&mut relisting);
                 }
             }
+            last_event = Instant::now();
         }
     }
 

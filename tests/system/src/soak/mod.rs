@@ -233,6 +233,10 @@ pub async fn run(config: Config) -> Report {
         findings.withdrawn_during_cut
     );
     eprintln!(
+        "soak: deletions seen only at a relist of the checker's watch, the address not served throughout the gap (not judged): {}",
+        findings.relisted
+    );
+    eprintln!(
         "soak: deletions racing an address served again (< {:?} after, following a break longer than the window, the record not naming it yet): {}",
         checker::PROPAGATION,
         findings.raced
