@@ -401,3 +401,22 @@ pub fn webhook_reviews(port: u16, ca: &Path) -> u64 {
         .filter_map(|l| l.rsplit(' ').next().and_then(|v| v.parse::<u64>().ok()))
         .sum()
 }
+
+/// `cmd` (its arguments, environment and directory) under coreutils' `timeout`, no stdin, its
+/// output captured; fails the test if it took more than `seconds`.
+pub fn run_bounded(cmd: &mut std::process::Command, seconds: u64) -> std::process::Output {
+    let mut bounded = std::process::Command::new("timeout");
+    bounded.arg("--kill-after=5").arg(seconds.to_string()).arg(cmd.get_program()).args(cmd.get_args());
+    for (k, v) in cmd.get_envs() {
+        match v {
+            Some(v) => bounded.env(k, v),
+            None => bounded.env_remove(k),
+        };
+    }
+    if let Some(dir) = cmd.get_current_dir() {
+        bounded.current_dir(dir);
+    }
+    let out = bounded.stdin(std::process::Stdio::null()).output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
+    assert_ne!(out.status.code(), Some(124), "{cmd:?} took more than {seconds}s");
+    out
+}

@@ -90,7 +90,7 @@ pub async fn add_project(hub: &ControlPlane, render: &Render, name: &str, projec
 /// docs/producer.md says.
 pub async fn project_kubeconfig(render: &Render, project: &ControlPlane) -> String {
     let role = render.get("ClusterRole", "edgegate-producer-project");
-    render_objects_apply(project, std::slice::from_ref(role));
+    apply_objects(project, vec![role.clone()]);
     let client = project.client().await;
     crate::helpers::namespace(&client, NAMESPACE, &[]).await;
     let binding = json!({
@@ -99,7 +99,7 @@ pub async fn project_kubeconfig(render: &Render, project: &ControlPlane) -> Stri
         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "edgegate-producer-project"},
         "subjects": [{"kind": "ServiceAccount", "name": "edgegate-producer", "namespace": NAMESPACE}],
     });
-    render_objects_apply(project, &[binding]);
+    apply_objects(project, vec![binding]);
     let accounts: Api<ServiceAccount> = Api::namespaced(client, NAMESPACE);
     let account = json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "edgegate-producer"}});
     accounts
@@ -161,8 +161,10 @@ async fn set_projects(hub: &ControlPlane, data: Value) {
         .expect("patch projects Secret");
 }
 
-fn render_objects_apply(cp: &ControlPlane, objects: &[Value]) {
-    Render { objects: objects.to_vec() }.apply(cp, |_| true);
+/// Objects of the test's own (what an operator adds beside the render: Secrets, bindings, a
+/// configuration), applied server-side as the render's are.
+pub fn apply_objects(cp: &ControlPlane, objects: Vec<Value>) {
+    Render { objects }.apply(cp, |_| true);
 }
 
 /// deploy/'s webhook as installed: a Pod of `installed` (a render already applied to `cp`), or
@@ -240,5 +242,5 @@ fn register(cp: &ControlPlane, render: &Render, port: u16, scope: &str, match_co
         }
     }
     vwc["metadata"] = json!({"name": format!("edgegate-{scope}")});
-    render_objects_apply(cp, &[vwc]);
+    apply_objects(cp, vec![vwc]);
 }

@@ -428,7 +428,7 @@ async fn a_role_missing_one_verb_leaves_the_pruner_unready_and_saying_why() {
         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "edgegate-pruner-lease"},
         "subjects": [{"kind": "ServiceAccount", "name": "narrow", "namespace": "edgegate-system"}]});
     let account = json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "narrow", "namespace": "edgegate-system"}});
-    Render { objects: vec![role, binding, lease, account] }.apply(&cp, |_| true);
+    shipped::apply_objects(&cp, vec![role, binding, lease, account]);
     let pod = run(&cp, &render, "edgegate-pruner", 0, &[Rewrite::ListenAddress]).await;
     eventually(Duration::from_secs(30), "the missing verb is logged", async || pod.log().contains("forbidden")).await;
     assert_eq!(http_status(&format!("http://127.0.0.1:{}/readyz", pod.process.port), None), 503);
@@ -666,7 +666,7 @@ async fn karmada_pair(name: &str, serving: &Path, flags: &[&str]) -> (ControlPla
          "metadata": {"name": "edgegate-webhook-hub-kubeconfig", "namespace": "edgegate-system"},
          "stringData": {"kubeconfig": std::fs::read_to_string(&token).expect("kubeconfig")}},
     ]);
-    Render { objects: secrets.as_array().expect("secrets").clone() }.apply(&cp, |_| true);
+    shipped::apply_objects(&cp, secrets.as_array().expect("secrets").clone());
     let host = Render::tuned(
         &format!("{name}-host"),
         &["overlays/karmada-hub/host"],
@@ -751,7 +751,7 @@ async fn karmada_hub_ca_bundle_follows_rotation_without_failed_admissions() {
     set_record(&client, "km-a", &["fd20:0:6::1"]).await;
     // The hub's configuration, with a stale caBundle.
     let stale = std::fs::read(scratch.dir.join("ca.crt")).expect("some other CA");
-    Render { objects: vec![hub_configuration(&hub, webhook.port("https"), Some(&stale))] }.apply(&cp, |_| true);
+    shipped::apply_objects(&cp, vec![hub_configuration(&hub, webhook.port("https"), Some(&stale))]);
     let first_ca = edgegate_webhook::ca_bundle::pem_blocks(&std::fs::read(first.join("ca.crt")).expect("ca"));
     eventually(Duration::from_secs(30), "caBundle brought into step", async || {
         ca_bundle(&client, "edgegate").await == first_ca

@@ -3,7 +3,7 @@
 //! which every binary runs as the image's user (chroot, uid 65532); the webhook from it answers a
 //! review and the pruner from it lists the test API server; and it agrees with the Dockerfile.
 
-use std::process::{Command, Output, Stdio};
+use std::process::Command;
 
 use edgegate_system_tests::helpers::*;
 
@@ -33,7 +33,7 @@ async fn image_is_reproducible_and_its_binaries_run_from_it() {
     let (again, took) = build_image(&bins, &second);
     eprintln!("rebuilt in {took:?}");
     assert_eq!(digest, again, "two builds from the same inputs differ");
-    assert!(run(Command::new("cmp").arg(&first).arg(&second), 60).status.success(), "the archives differ");
+    assert!(run_bounded(Command::new("cmp").arg(&first).arg(&second), 60).status.success(), "the archives differ");
     std::fs::remove_file(&second).expect("rm");
 
     // The archive: manifest.json names the config and the layers, in order.
@@ -85,9 +85,9 @@ async fn image_is_reproducible_and_its_binaries_run_from_it() {
     // Each binary, as the image's user, prints the version the host's copy prints.
     for b in BINARIES {
         let (program, args) = in_image(&rootfs, &path_env, b);
-        let inside = run(Command::new(program).args(args).arg("--version"), 30);
+        let inside = run_bounded(Command::new(program).args(args).arg("--version"), 30);
         assert!(inside.status.success(), "{b} --version in the image: {}", String::from_utf8_lossy(&inside.stderr));
-        let host = run(Command::new(bins.join(b)).arg("--version"), 30);
+        let host = run_bounded(Command::new(bins.join(b)).arg("--version"), 30);
         assert_eq!(String::from_utf8_lossy(&inside.stdout), String::from_utf8_lossy(&host.stdout), "{b}");
         eprintln!("in the image: {}", String::from_utf8_lossy(&inside.stdout).trim());
     }
@@ -115,7 +115,7 @@ async fn image_is_reproducible_and_its_binaries_run_from_it() {
     })
     .await;
     assert_eq!(uid_of(&webhook), 65532, "the webhook's uid");
-    let out = run(
+    let out = run_bounded(
         Command::new("curl")
             .args(["-s", "--max-time", "10", "-w", "\n%{http_code}", "-H", "Content-Type: application/json"])
             .arg("--cacert")
@@ -180,7 +180,7 @@ async fn image_is_reproducible_and_its_binaries_run_from_it() {
 /// scripts/image.sh --bin-dir `bins` --out `out`: the digest it printed, and how long it took.
 fn build_image(bins: &Path, out: &Path) -> (String, Duration) {
     let started = Instant::now();
-    let output = run(
+    let output = run_bounded(
         Command::new(repo().join("scripts/image.sh")).arg("--bin-dir").arg(bins).arg("--out").arg(out),
         // Cold: the builder is compiled and the packages are fetched first.
         1200,
@@ -196,28 +196,13 @@ fn build_image(bins: &Path, out: &Path) -> (String, Duration) {
     (digest, started.elapsed())
 }
 
-/// `cmd` under coreutils' timeout, its output captured.
-fn run(cmd: &mut Command, seconds: u64) -> Output {
-    let mut bounded = Command::new("timeout");
-    bounded.arg("--kill-after=5").arg(seconds.to_string()).arg(cmd.get_program()).args(cmd.get_args());
-    for (k, v) in cmd.get_envs() {
-        match v {
-            Some(v) => bounded.env(k, v),
-            None => bounded.env_remove(k),
-        };
-    }
-    let out = bounded.stdin(Stdio::null()).output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
-    assert_ne!(out.status.code(), Some(124), "{cmd:?} took more than {seconds}s");
-    out
-}
-
 fn untar(archive: &Path, into: &Path, numeric_owner: bool) {
     let mut cmd = Command::new("tar");
     cmd.arg("-xf").arg(archive).arg("-C").arg(into);
     if numeric_owner {
         cmd.args(["--numeric-owner", "--same-owner", "--same-permissions"]);
     }
-    let out = run(&mut cmd, 300);
+    let out = run_bounded(&mut cmd, 300);
     assert!(out.status.success(), "untar {}: {}", archive.display(), String::from_utf8_lossy(&out.stderr));
 }
 

@@ -152,7 +152,7 @@ async fn every_metric_the_alerts_and_dashboard_use_is_exported() {
     let secret = json!({"apiVersion": "v1", "kind": "Secret",
         "metadata": {"name": "edgegate-pruner-hub-kubeconfig", "namespace": "edgegate-system"},
         "stringData": {"kubeconfig": std::fs::read_to_string(&hub_kubeconfig).expect("kubeconfig")}});
-    Render { objects: vec![secret] }.apply(&cp, |_| true);
+    edgegate_system_tests::shipped::apply_objects(&cp, vec![secret]);
     let host = Render::of(&kustomization_with("monitoring-karmada-host", &["overlays/karmada-hub/host"], &[], ""));
     let karmada_pruner = run(&cp, &host, "edgegate-pruner", 0, &both).await;
     let mut scrapes = String::new();

@@ -7,31 +7,13 @@
 //! Kubernetes 1.30 needs its own kube-apiserver build (about 15 minutes cold) and is not in CI;
 //! here each manifest is dry-run on the test API server (1.36) instead.
 
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Output};
 
 use edgegate_system_tests::helpers::*;
 
 const BINARIES: [&str; 4] = ["edgegate", "edgegate-webhook", "edgegate-pruner", "edgegate-producer"];
 const IMAGE: &str = "ghcr.io/datum-cloud/edgegate";
 const HOOK: &str = "copies.edgegate.networking.datumapis.com";
-
-/// `cmd` under coreutils' timeout, its output captured; fails the test after `seconds`.
-fn run(cmd: &mut Command, seconds: u64) -> Output {
-    let mut bounded = Command::new("timeout");
-    bounded.arg("--kill-after=5").arg(seconds.to_string()).arg(cmd.get_program()).args(cmd.get_args());
-    for (k, v) in cmd.get_envs() {
-        match v {
-            Some(v) => bounded.env(k, v),
-            None => bounded.env_remove(k),
-        };
-    }
-    if let Some(dir) = cmd.get_current_dir() {
-        bounded.current_dir(dir);
-    }
-    let out = bounded.stdin(Stdio::null()).output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
-    assert_ne!(out.status.code(), Some(124), "{cmd:?} took more than {seconds}s");
-    out
-}
 
 fn text(out: &Output) -> String {
     format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
@@ -47,12 +29,12 @@ async fn a_release_packages_what_it_pins_and_installs() {
     let bins = tmp.path().join("bin");
     std::fs::create_dir(&bins).expect("mkdir");
     for b in BINARIES {
-        let stripped = run(Command::new("objcopy").arg("--strip-debug").arg(binary(b)).arg(bins.join(b)), 120);
+        let stripped = run_bounded(Command::new("objcopy").arg("--strip-debug").arg(binary(b)).arg(bins.join(b)), 120);
         assert!(stripped.status.success(), "objcopy --strip-debug {b}: {}", text(&stripped));
     }
     let dist = tmp.path().join("dist");
     let started = Instant::now();
-    let out = run(
+    let out = run_bounded(
         Command::new(repo().join("scripts/release.sh"))
             .arg(version)
             .arg("--bin-dir")
@@ -84,15 +66,17 @@ async fn a_release_packages_what_it_pins_and_installs() {
         assert!(dist.join(file).is_file(), "{file} missing from {}", dist.display());
         assert!(sums.lines().any(|l| l.ends_with(&format!("  {file}"))), "{file} not in SHA256SUMS:\n{sums}");
     }
-    let check =
-        run(Command::new("sha256sum").arg("-c").arg(format!("edgegate-{version}-SHA256SUMS")).current_dir(&dist), 120);
+    let check = run_bounded(
+        Command::new("sha256sum").arg("-c").arg(format!("edgegate-{version}-SHA256SUMS")).current_dir(&dist),
+        120,
+    );
     assert!(check.status.success(), "sha256sum -c:\n{}", text(&check));
 
     // Every manifest's Deployments run the image by the digest crane reads from the tarball.
     let crane = Command::new(repo().join("tests/crane/build.sh")).output().expect("tests/crane/build.sh");
     assert!(crane.status.success(), "building crane: {}", String::from_utf8_lossy(&crane.stderr));
     let crane = PathBuf::from(String::from_utf8_lossy(&crane.stdout).trim());
-    let digest = run(
+    let digest = run_bounded(
         Command::new(&crane).arg("digest").arg("--tarball").arg(dist.join(format!("edgegate-image-{version}.tar"))),
         120,
     );
@@ -125,7 +109,7 @@ async fn a_release_packages_what_it_pins_and_installs() {
 
     // Each binary's glibc floor, stated in the notes, is what objdump reads from its binary.
     for b in BINARIES {
-        let dynamic = run(Command::new("objdump").arg("-T").arg(bins.join(b)), 120);
+        let dynamic = run_bounded(Command::new("objdump").arg("-T").arg(bins.join(b)), 120);
         let floor = String::from_utf8_lossy(&dynamic.stdout)
             .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == '.'))
             .filter_map(|w| w.strip_prefix("GLIBC_"))
@@ -141,30 +125,18 @@ async fn a_release_packages_what_it_pins_and_installs() {
     // stand-ins; the namespace exists, as after the manifest's own Namespace was applied).
     let cp = shared();
     let client = cp.client().await;
-    stand_in_crd(&client, "cert-manager.io", "Issuer", "issuers").await;
-    stand_in_crd(&client, "cert-manager.io", "Certificate", "certificates").await;
+    cert_manager_stand_ins(cp).await;
     namespace(&client, "edgegate-system", &[]).await;
     let kubectl = |args: &[&str]| {
         let mut cmd = Command::new("kubectl");
         cmd.arg("--kubeconfig").arg(&cp.kubeconfig).args(args);
         cmd
     };
-    let established = run(
-        &mut kubectl(&[
-            "wait",
-            "--for=condition=Established",
-            "--timeout=60s",
-            "crd/issuers.cert-manager.io",
-            "crd/certificates.cert-manager.io",
-        ]),
-        90,
-    );
-    assert!(established.status.success(), "{}", text(&established));
     for path in paths {
         let file = dist.join(format!("edgegate-{path}-{version}.yaml"));
         let file = file.to_str().expect("utf-8 path");
         let started = Instant::now();
-        let applied = run(&mut kubectl(&["apply", "--server-side", "--dry-run=server", "-f", file]), 120);
+        let applied = run_bounded(&mut kubectl(&["apply", "--server-side", "--dry-run=server", "-f", file]), 120);
         assert!(applied.status.success(), "{path}: server-side dry-run:\n{}", text(&applied));
         let objects = String::from_utf8_lossy(&applied.stdout).lines().count();
         eprintln!("{path}: {objects} objects accepted (server-side dry-run) in {:?}", started.elapsed());
@@ -175,7 +147,7 @@ async fn a_release_packages_what_it_pins_and_installs() {
     install_crd(&client).await;
     let unpacked = tmp.path().join("cli");
     std::fs::create_dir(&unpacked).expect("mkdir");
-    let untar = run(
+    let untar = run_bounded(
         Command::new("tar")
             .arg("-xzf")
             .arg(dist.join(format!("edgegate-{version}-linux-amd64.tar.gz")))
@@ -186,7 +158,7 @@ async fn a_release_packages_what_it_pins_and_installs() {
     assert!(untar.status.success(), "{}", text(&untar));
     assert!(unpacked.join("LICENSE").is_file(), "the archive carries LICENSE");
     // The operator's command, with the operator's (admin) kubeconfig.
-    let audit = run(
+    let audit = run_bounded(
         Command::new("env")
             .arg("-i")
             .arg(unpacked.join("edgegate"))
@@ -198,7 +170,7 @@ async fn a_release_packages_what_it_pins_and_installs() {
     let said = text(&audit);
     assert!(audit.status.success(), "edgegate audit from the archive, under env -i:\n{said}");
     eprintln!("edgegate audit from the archive under env -i:\n{said}");
-    let version_said = run(Command::new("env").arg("-i").arg(unpacked.join("edgegate")).arg("--version"), 30);
+    let version_said = run_bounded(Command::new("env").arg("-i").arg(unpacked.join("edgegate")).arg("--version"), 30);
     assert!(String::from_utf8_lossy(&version_said.stdout).contains(version), "{}", text(&version_said));
 }
 
@@ -214,7 +186,7 @@ fn smoke(cp: &ControlPlane, namespace: &str) -> (bool, String) {
         .find(|b| b.contains("create --dry-run=server"))
         .expect("docs/deploy.md gives the smoke test as a sh block")
         .replace("NAMESPACE", namespace);
-    let out = run(Command::new("sh").arg("-c").arg(&command).env("KUBECONFIG", &cp.kubeconfig), 60);
+    let out = run_bounded(Command::new("sh").arg("-c").arg(&command).env("KUBECONFIG", &cp.kubeconfig), 60);
     (out.status.success(), text(&out))
 }
 
@@ -290,24 +262,15 @@ async fn the_documented_smoke_test_tells_a_working_path_from_a_broken_one() {
     }
 }
 
-/// docs/upgrading.md: 0.1.0's production render applied as its docs said (client-side), then
-/// 0.2.0's enforce overlay with `apply --server-side`, on a control plane of this test's own (its
-/// webhook configuration would catch the other tests' copies). The fields 0.2.0 dropped go (kubectl
-/// moves the client-side owner's fields to the server-side apply), nothing of 0.1.0 is left that
-/// the new render lacks, and the hub still enforces.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_upgrade_from_0_1_0_applied_server_side_leaves_nothing_of_it_behind() {
-    let cp = ControlPlane::own();
+/// cert-manager's Issuer and Certificate served on `cp` by stand-in CRDs that accept any spec,
+/// established: what a render with components/cert-manager needs to be applied without
+/// cert-manager.
+async fn cert_manager_stand_ins(cp: &ControlPlane) {
     let client = cp.client().await;
     stand_in_crd(&client, "cert-manager.io", "Issuer", "issuers").await;
     stand_in_crd(&client, "cert-manager.io", "Certificate", "certificates").await;
-    let kubectl = |args: &[&str]| {
-        let mut cmd = Command::new("kubectl");
-        cmd.arg("--kubeconfig").arg(&cp.kubeconfig).args(args);
-        cmd
-    };
-    let established = run(
-        &mut kubectl(&[
+    let established = run_bounded(
+        Command::new("kubectl").arg("--kubeconfig").arg(&cp.kubeconfig).args([
             "wait",
             "--for=condition=Established",
             "--timeout=60s",
@@ -317,13 +280,29 @@ async fn an_upgrade_from_0_1_0_applied_server_side_leaves_nothing_of_it_behind()
         90,
     );
     assert!(established.status.success(), "{}", text(&established));
+}
+
+/// docs/upgrading.md: 0.1.0's production render applied as its docs said (client-side), then
+/// 0.2.0's enforce overlay with `apply --server-side`, on a control plane of this test's own (its
+/// webhook configuration would catch the other tests' copies). The fields 0.2.0 dropped go (kubectl
+/// moves the client-side owner's fields to the server-side apply), nothing of 0.1.0 is left that
+/// the new render lacks, and the hub still enforces.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upgrade_from_0_1_0_applied_server_side_leaves_nothing_of_it_behind() {
+    let cp = ControlPlane::own();
+    cert_manager_stand_ins(&cp).await;
+    let kubectl = |args: &[&str]| {
+        let mut cmd = Command::new("kubectl");
+        cmd.arg("--kubeconfig").arg(&cp.kubeconfig).args(args);
+        cmd
+    };
 
     // 0.1.0, as its docs installed it: kubectl apply -k deploy/overlays/with-cert-manager (its
     // render, kept in tests/fixtures: the commit may not be in a shallow clone).
     let old_render = repo().join("tests/fixtures/v0.1.0-with-cert-manager.yaml");
-    let applied = run(&mut kubectl(&["apply", "-f", old_render.to_str().expect("utf-8")]), 120);
+    let applied = run_bounded(&mut kubectl(&["apply", "-f", old_render.to_str().expect("utf-8")]), 120);
     assert!(applied.status.success(), "0.1.0 client-side:\n{}", text(&applied));
-    let before = run(&mut kubectl(&["get", "validatingwebhookconfiguration", "edgegate", "-o", "json"]), 30);
+    let before = run_bounded(&mut kubectl(&["get", "validatingwebhookconfiguration", "edgegate", "-o", "json"]), 30);
     let before: serde_json::Value = serde_json::from_slice(&before.stdout).expect("vwc json");
     eprintln!("0.1.0 matchConditions: {}", before["webhooks"][0]["matchConditions"]);
 
@@ -331,11 +310,11 @@ async fn an_upgrade_from_0_1_0_applied_server_side_leaves_nothing_of_it_behind()
     // --force-conflicts it stops on fields 0.1.0's client-side apply owns and 0.2.0 changes.
     let new_overlay = repo().join("deploy/overlays/enforce");
     let new_overlay = new_overlay.to_str().expect("utf-8");
-    let refused = run(&mut kubectl(&["apply", "--server-side", "-k", new_overlay]), 120);
+    let refused = run_bounded(&mut kubectl(&["apply", "--server-side", "-k", new_overlay]), 120);
     let said = text(&refused);
     eprintln!("0.2.0 server-side without --force-conflicts:\n{said}");
     assert!(!refused.status.success() && said.contains("conflicts with \"kubectl-client-side-apply\""), "{said}");
-    let applied = run(&mut kubectl(&["apply", "--server-side", "--force-conflicts", "-k", new_overlay]), 120);
+    let applied = run_bounded(&mut kubectl(&["apply", "--server-side", "--force-conflicts", "-k", new_overlay]), 120);
     assert!(applied.status.success(), "0.2.0 server-side:\n{}", text(&applied));
 
     let get = |kind: &str, name: &str, namespaced: bool| {
@@ -343,7 +322,7 @@ async fn an_upgrade_from_0_1_0_applied_server_side_leaves_nothing_of_it_behind()
         if namespaced {
             args.extend(["-n", "edgegate-system"]);
         }
-        let out = run(&mut kubectl(&args), 30);
+        let out = run_bounded(&mut kubectl(&args), 30);
         assert!(out.status.success(), "{kind} {name}: {}", text(&out));
         serde_json::from_slice::<serde_json::Value>(&out.stdout).expect("json")
     };

@@ -197,5 +197,5 @@ fn register_service_webhook(hub_cp: &ControlPlane, render: &Render) {
     for hook in vwc["webhooks"].as_array_mut().expect("webhooks") {
         hook["namespaceSelector"] = json!({"matchLabels": {"edgegate-soak": "true"}});
     }
-    Render { objects: vec![vwc] }.apply(hub_cp, |_| true);
+    crate::shipped::apply_objects(hub_cp, vec![vwc]);
 }
