@@ -117,12 +117,12 @@ fn start(
         projects: Arc::clone(&engaged.projects),
         force_ownership: false,
         withdrawals: Mutex::new(Hold::new(Duration::ZERO)),
-        unwritten: Mutex::new(edgegate::core::unwritten::Unwritten::new(Duration::ZERO)),
+        unwritten: Arc::new(Mutex::new(edgegate::core::unwritten::Unwritten::new(Duration::ZERO))),
+        failing: Arc::default(),
         again: None,
         leader,
         metrics: Arc::new(Metrics::new()),
         recorder,
-        current: Arc::default(),
     };
     Harness { producer, project_log, hub_log, _triggers: triggers }
 }
@@ -157,7 +157,6 @@ async fn writes_the_answer_once_then_nothing_but_lists_and_watches() {
     settle().await;
     assert_eq!(h.producer.pass(&[Trigger::Hub(Change::All)]).await, [Written::Applied]);
     assert_eq!(h.producer.pass(&[Trigger::Hub(Change::All)]).await, [Written::Unchanged], "no second write");
-    assert!(h.producer.current.lock().current.is_some(), "a whole pass written: records current");
     let hub_log = h.hub_log.lock().expect("log").clone();
     let patches: Vec<&Seen> = hub_log.iter().filter(|s| s.method == "PATCH").collect();
     assert_eq!(patches.len(), 1, "{hub_log:?}");
@@ -200,9 +199,7 @@ async fn nothing_is_written_when_a_project_list_fails() {
             && [HTTPPROXIES, INTERFACES, SLICES, NAMESPACES].iter().all(|p| watching(&h.project_log, p))
     })
     .await;
-    h.producer.current.lock().current = Some(edgegate_producer::run::marks(&h.producer.view, &h.producer.projects)); // as if whole before
     assert_eq!(h.producer.pass(&[Trigger::Hub(Change::All)]).await, [Written::Skipped]);
-    assert!(h.producer.current.lock().current.is_none(), "a project not listed: no word");
     assert!(h.hub_log.lock().expect("log").iter().all(|s| s.method == "GET"));
 }
 
@@ -266,7 +263,7 @@ async fn what_served_while_nothing_could_be_written_is_named_by_the_first_write_
     let (leader, grant) = edgegate::runtime::lease::Grant::new();
     h.producer.leader = leader;
     h.producer.withdrawals = Mutex::new(Hold::new(withdraw_after));
-    h.producer.unwritten = Mutex::new(edgegate::core::unwritten::Unwritten::new(withdraw_after));
+    h.producer.unwritten = Arc::new(Mutex::new(edgegate::core::unwritten::Unwritten::new(withdraw_after)));
     until("the project and the hub listed", || project_synced(&h) && h.producer.view.synced()).await;
     // Not leading: both interfaces serve, and nothing is written.
     assert_eq!(h.producer.pass(&[Trigger::Hub(Change::All)]).await, [Written::Skipped]);
@@ -291,4 +288,73 @@ async fn what_served_while_nothing_could_be_written_is_named_by_the_first_write_
     tokio::time::sleep(withdraw_after + Duration::from_millis(100)).await;
     assert_eq!(h.producer.pass(&[Trigger::Hub(Change::All)]).await, [Written::Applied]);
     assert_eq!(written(&h), [json!(["fd20::1", "fd20::2"]), json!(["fd20::2"])]);
+}
+
+/// `--prune`: a due copy goes on the evidence of its own project alone. Project `acme` (namespace
+/// `p`, hub namespace `ns-u1`, labelled `cluster-acme`) is whole; project `dark` cannot be read
+/// (every list answered 500), and holds its own hub namespace's copies and nobody else's. A copy
+/// in a hub namespace no engaged project owns is kept. Failed before per-project evidence: the
+/// only evidence was the producer's one word for the whole hub, withheld while any project was
+/// unreadable, so acme's withdrawn copy was kept too.
+#[tokio::test]
+async fn a_project_that_cannot_be_read_holds_only_its_own_copies() {
+    use edgegate::core::plan::Deletion;
+    use edgegate_producer::evidence::{Evidence, Held};
+    let labelled = |name: &str, project: &str| {
+        json!({"metadata": {"name": name, "resourceVersion": "1",
+                            "labels": {"meta.datumapis.com/upstream-cluster-name": project}}})
+    };
+    let hub_namespaces = vec![
+        labelled("ns-u1", "cluster-acme"),
+        labelled("ns-u2", "cluster-dark"),
+        json!({"metadata": {"name": "ns-u3", "resourceVersion": "1"}}),
+    ];
+    let h = start(project(None, None), vec![(NAMESPACES, Some(hub_namespaces)), (RECORDS, Some(vec![]))]);
+    let dark: Vec<(&'static str, Option<Vec<Value>>)> =
+        [HTTPPROXIES, SERVICES, INTERFACES, SLICES, NAMESPACES].into_iter().map(|p| (p, None)).collect();
+    let (dark_client, dark_log) = serve(dark);
+    let (tx, _dark_triggers) = mpsc::unbounded_channel();
+    let engaged = Engaged::new(Arc::clone(&h.producer.projects), tx, &CancellationToken::new());
+    engaged.engage("dark", dark_client);
+    until("acme whole, dark's lists refused", || {
+        h.producer.view.synced()
+            && h.producer.projects.read().get("acme").is_some_and(|p| p.synced())
+            && dark_log.lock().expect("log").iter().filter(|s| s.path() == NAMESPACES).count() >= 1
+    })
+    .await;
+    let evidence = Evidence::new(
+        Arc::clone(&h.producer.view),
+        Arc::clone(&h.producer.projects),
+        Arc::clone(&h.producer.unwritten),
+        Arc::clone(&h.producer.failing),
+        Duration::ZERO,
+        edgegate::runtime::wakeups::Later::default(),
+    );
+    let copy = |ns: &str, address: &str| Deletion {
+        namespace: ns.into(),
+        name: "web".into(),
+        uid: Some("c1".into()),
+        resource_version: Some("1".into()),
+        addresses: vec![address.into()],
+    };
+    let now = edgegate::runtime::clock::now();
+    assert_eq!(evidence.judge(&copy("ns-u1", "fd20::9"), now), None, "acme is whole and serves none of it");
+    assert_eq!(evidence.judge(&copy("ns-u2", "fd20::9"), now), Some(Held::Incomplete), "dark cannot be read");
+    assert_eq!(evidence.judge(&copy("ns-u3", "fd20::9"), now), Some(Held::Unwatched), "nobody's");
+    // Served now (spelled another way): the record is about to name it again.
+    assert_eq!(evidence.judge(&copy("ns-u1", "fd20:0::1"), now), Some(Held::Served));
+    // Acme's last write failed: its record may lack what serves.
+    h.producer.failing.lock().insert("ns-u1".into());
+    assert_eq!(evidence.judge(&copy("ns-u1", "fd20::9"), now), Some(Held::Unwritten));
+    h.producer.failing.lock().clear();
+    // Whole, but not for long enough to have seen all that served in the grace.
+    let long = Evidence::new(
+        Arc::clone(&h.producer.view),
+        Arc::clone(&h.producer.projects),
+        Arc::clone(&h.producer.unwritten),
+        Arc::clone(&h.producer.failing),
+        Duration::from_secs(3600),
+        edgegate::runtime::wakeups::Later::default(),
+    );
+    assert_eq!(long.judge(&copy("ns-u1", "fd20::9"), now), Some(Held::Incomplete));
 }

@@ -10,7 +10,6 @@ use std::time::{Duration, Instant};
 use edgegate::core::hold::Hold;
 use edgegate::core::plan::Scope;
 use edgegate::index::copies::CopyIndex;
-use edgegate::runtime::lease::{COMPLETE_ANNOTATION, CURRENT_ANNOTATION};
 use edgegate::runtime::lease::{Grant, Leadership};
 use edgegate::runtime::rbac::{Rule, allows};
 use edgegate::runtime::wakeups::Later;
@@ -18,7 +17,6 @@ use edgegate::{CopySelector, RecordSource, RecordStore};
 use edgegate_pruner::metrics::Metrics;
 use edgegate_pruner::pruner::{Outcome, Pacer, Pruner};
 use edgegate_pruner::run::start_watches;
-use edgegate_pruner::word::ProducerWord;
 use http::StatusCode;
 use kube::Client;
 use kube::runtime::events::{Recorder, Reporter};
@@ -67,12 +65,10 @@ struct Scenario {
 /// server would send it.
 fn serve(scenario: Scenario) -> (Client, Log) {
     let mut held = Vec::new();
-    let mut lease_reads = 0;
     let mut copy_watch = None;
     mock::serve(move |seen, send| {
         const RECORDS: &str = "/apis/networking.datumapis.com/v1alpha/edgereachabilities";
         const COPIES: &str = "/apis/discovery.k8s.io/v1/endpointslices";
-        const LEASES: &str = "/apis/coordination.k8s.io/v1/namespaces/edgegate-system/leases/";
         let (group, resource, verb) = mock::rbac_of(seen);
         if !allows(&shipped_rules(), &group, &resource, verb) {
             // As the API server answers a request the shipped ClusterRole and Role do not grant.
@@ -85,9 +81,6 @@ fn serve(scenario: Scenario) -> (Client, Log) {
                 Some(record) => send.send_response(json_response(200, record)),
                 None => send.send_response(status(404)),
             }
-        } else if seen.is("GET", LEASES) {
-            lease_reads += 1;
-            send.send_response(json_response(200, &producer_lease(lease_reads)));
         } else if seen.is("GET", RECORDS) && !seen.is_watch() {
             match &scenario.records {
                 Some(items) => send.send_response(json_response(200, &list("EdgeReachabilityList", items.clone()))),
@@ -132,18 +125,6 @@ fn record_read(path: &str) -> Option<&str> {
     (name == "default").then_some(ns)
 }
 
-/// The producer's Lease at its `n`th read: renewed once a read (a second apart), each renewal
-/// carrying the word, its records complete for an hour.
-fn producer_lease(n: u32) -> Value {
-    let renewed = format!("2026-12-05T12:00:{:02}.000000Z", n % 60);
-    json!({
-        "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
-        "metadata": {"name": "edgegate-producer", "namespace": "edgegate-system", "resourceVersion": n.to_string(),
-                     "annotations": {CURRENT_ANNOTATION: renewed, COMPLETE_ANNOTATION: "3600"}},
-        "spec": {"holderIdentity": "producer-0", "leaseDurationSeconds": 5, "renewTime": renewed},
-    })
-}
-
 struct Harness {
     log: Log,
     leader: Grant,
@@ -177,7 +158,7 @@ impl Harness {
             pacer: Pacer::new(Duration::ZERO),
             grace: Arc::new(Mutex::new(Hold::new(Duration::ZERO))),
             again: Some(Later::default()),
-            word: None,
+            gate: None,
             leader: leader_rx,
             metrics: Arc::clone(&metrics),
             recorder,
@@ -411,7 +392,7 @@ fn held_pruner_reading(
         pacer: Pacer::new(pace),
         grace: Arc::new(Mutex::new(Hold::new(grace))),
         again: None,
-        word: None,
+        gate: None,
         leader,
         metrics: Arc::new(Metrics::new()),
         recorder,
@@ -552,27 +533,43 @@ async fn a_record_that_names_the_copy_for_a_moment_while_its_deletion_waits_rest
     assert_eq!(log.lock().expect("log").iter().filter(|s| s.method == "DELETE").count(), 1);
 }
 
-/// Installed with components/producer: a due copy is deleted once the producer's word stands and
-/// the record, read once more, still names none of its addresses. Every request is answered as
-/// the API server answers the shipped RBAC (403 outside it). Failed on the old rules: the read
-/// before the DELETE was forbidden (no `get` on records), so every due copy was kept for ever.
+/// A gate that holds a due copy once, then lets it go (the producer's evidence arriving).
+struct OnceHeld {
+    asked: std::sync::atomic::AtomicUsize,
+    again: mpsc::UnboundedSender<String>,
+}
+
+impl edgegate_pruner::gate::Gate for OnceHeld {
+    fn allows(&self, _: &edgegate::core::plan::Deletion, _: std::time::Instant, _: std::time::Instant) -> bool {
+        self.asked.fetch_add(1, std::sync::atomic::Ordering::Relaxed) > 0
+    }
+    fn wait(&self, namespace: &str) -> bool {
+        let _ = self.again.send(namespace.to_owned());
+        true
+    }
+    fn held_for(&self) -> Duration {
+        Duration::ZERO
+    }
+}
+
+/// Installed with components/producer: a due copy the evidence holds is kept and its namespace
+/// asked for again; once the evidence allows, it is deleted after the record, read once more,
+/// still names none of its addresses. Every request is answered as the API server answers the
+/// shipped RBAC (403 outside it). Failed on the old rules: the read before the DELETE was
+/// forbidden (no `get` on records), so every due copy was kept for ever.
 #[tokio::test(start_paused = true)]
-async fn with_the_producers_word_a_due_copy_is_deleted_within_the_shipped_rbac() {
+async fn a_due_copy_waits_for_the_evidence_then_goes_within_the_shipped_rbac() {
     let grace = Duration::from_millis(50);
     let copies = vec![copy("ns-a", "web", &["fd00::9"])];
     let (mut pruner, log, _) = held_pruner(vec![record("ns-a", &[])], copies, Duration::ZERO, grace);
     let (again_tx, mut again) = mpsc::unbounded_channel();
-    let lease = kube::Api::namespaced(pruner.client.clone(), "edgegate-system");
-    pruner.word = Some(Arc::new(ProducerWord::new(lease, "edgegate-producer".into(), grace, again_tx)));
+    pruner.gate = Some(Arc::new(OnceHeld { asked: Default::default(), again: again_tx }));
     let ns = Scope::Namespace("ns-a".into());
     assert!(pruner.pass(&ns).await.is_empty(), "held: the grace has just begun");
     tokio::time::sleep(grace).await;
-    assert_eq!(pruner.pass(&ns).await, [Outcome::Skipped], "due: waits for the producer's word");
-    let started = tokio::time::Instant::now();
-    let woken = tokio::time::timeout(Duration::from_secs(10), again.recv()).await.expect("the word within 10 s");
-    println!("the word stood {:?} after the copy fell due", started.elapsed());
-    assert_eq!(woken, Some(edgegate::index::Change::Namespace("ns-a".into())));
-    assert_eq!(pruner.pass(&ns).await, [Outcome::Deleted], "the word stands and the record, read again, names none");
+    assert_eq!(pruner.pass(&ns).await, [Outcome::Skipped], "due: held by the evidence");
+    assert_eq!(again.try_recv().ok().as_deref(), Some("ns-a"), "and its namespace asked for again");
+    assert_eq!(pruner.pass(&ns).await, [Outcome::Deleted], "allowed, and the record, read again, names none");
     let refused: Vec<Seen> = log
         .lock()
         .expect("log")

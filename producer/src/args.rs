@@ -60,6 +60,18 @@ pub struct Args {
     #[arg(long, env = "EDGEGATE_FORCE_OWNERSHIP")]
     pub force_ownership: bool,
 
+    /// Also delete the hub's copies whose records name none of their addresses, as
+    /// edgegate-pruner does, under this process's Lease, each copy only on the evidence of its own
+    /// project: that project seen whole for --withdraw-after + --grace, its record's last write
+    /// done, none of the copy's addresses served now. A project that cannot be read holds its own
+    /// copies and nobody else's. Set by deploy/components/producer (no edgegate-pruner runs there).
+    #[arg(long, env = "EDGEGATE_PRUNE")]
+    pub prune: bool,
+
+    /// With --prune: how copies are deleted (as edgegate-pruner's flags of the same names).
+    #[command(flatten)]
+    pub deletion: edgegate_pruner::args::DeletionArgs,
+
     /// Name of the coordination.k8s.io/v1 Lease that elects the one replica that writes.
     #[arg(long, env = "EDGEGATE_LEASE_NAME", default_value = "edgegate-producer")]
     pub lease_name: String,

@@ -30,6 +30,14 @@ pub struct Metrics {
     addresses: Histogram,
     recompute: Histogram,
     leader: Gauge,
+    /// With --prune: hub namespaces whose due deletions wait, by why.
+    held: Family<HeldLabels, Gauge>,
+}
+
+/// `{reason}` of [`crate::evidence::Held`].
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct HeldLabels {
+    pub reason: &'static str,
 }
 
 impl Metrics {
@@ -62,11 +70,26 @@ impl Metrics {
             recompute.clone(),
         );
         let leader = registered(&mut registry, "leader", "1 while this replica holds the Lease and may write");
+        let held = registered(
+            &mut registry,
+            "producer_prune_held_namespaces",
+            "With --prune: hub namespaces whose due copies are kept, by reason: unwatched (no engaged project owns the namespace), incomplete (its project not whole for --withdraw-after + --grace), unwritten (its record's last write failed), served (an address is served again)",
+        );
         // Every result from the start, at 0: an alert on increase() sees the first one.
         for result in crate::producer::Written::COUNTED.map(crate::producer::Written::label) {
             let _ = writes.get_or_create(&ResultLabels { result });
         }
-        Metrics { registry, projects, project_synced, known: Default::default(), writes, addresses, recompute, leader }
+        Metrics {
+            registry,
+            projects,
+            project_synced,
+            known: Default::default(),
+            writes,
+            addresses,
+            recompute,
+            leader,
+            held,
+        }
     }
 
     pub fn write(&self, result: &'static str) {
@@ -107,8 +130,20 @@ impl Metrics {
         *known = now;
     }
 
+    /// Hub namespaces whose due copies are kept, by why (every reason, 0 when none).
+    pub fn set_held(&self, held: &std::collections::HashMap<crate::evidence::Held, usize>) {
+        for why in crate::evidence::Held::ALL {
+            let count = held.get(&why).copied().unwrap_or_default();
+            self.held.get_or_create(&HeldLabels { reason: why.label() }).set(i64::try_from(count).unwrap_or(i64::MAX));
+        }
+    }
+
     pub fn encode(&self) -> String {
         encode(&self.registry)
+    }
+
+    pub fn registry(&self) -> &Registry {
+        &self.registry
     }
 }
 

@@ -3,7 +3,7 @@
 //! no hub namespace, an answer too large, another field manager). Addresses the answer lacks
 //! leave the record only once it has lacked them for `--withdraw-after`.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -101,7 +101,11 @@ pub struct Producer {
     /// Addresses the answer lacks, held in the record until lacked for `--withdraw-after`.
     pub withdrawals: Mutex<Hold<Withdrawal>>,
     /// What the answer named while nothing could be written: the next write names it too.
-    pub unwritten: Mutex<Unwritten>,
+    /// Shared with the in-process pruner's evidence ([`crate::evidence`]).
+    pub unwritten: Arc<Mutex<Unwritten>>,
+    /// Hub namespaces whose last write failed: their records may lack what serves, so no copy
+    /// there is deleted ([`crate::evidence`]) until a write succeeds.
+    pub failing: Arc<Mutex<HashSet<String>>>,
     /// Where a hub namespace is asked to be recomputed once a held address is due to leave, and
     /// a pass over everything after a failed write.
     pub again: Option<Later<Trigger>>,
@@ -109,9 +113,6 @@ pub struct Producer {
     pub leader: Leadership,
     pub metrics: Arc<Metrics>,
     pub recorder: Recorder,
-    /// The marks of the last pass over everything that found the view whole and wrote all of it:
-    /// the word given on the Lease (`run::word`).
-    pub current: crate::run::Current,
 }
 
 impl Producer {
@@ -401,11 +402,6 @@ impl Producer {
     /// Write what `triggers` ask for, each namespace once.
     pub async fn pass(&self, triggers: &[Trigger]) -> Vec<Written> {
         self.set_state();
-        let marks = crate::run::marks(&self.view, &self.projects);
-        let whole_at_start = self.leader.is_leader() && crate::run::whole(&self.view, &self.projects);
-        if !whole_at_start {
-            self.current.lock().current = None;
-        }
         if triggers.contains(&Trigger::Hub(Change::All)) {
             // Withdrawals held for hub namespaces no engaged project has any more (a project
             // namespace deleted, a project disengaged) are over: nothing will look at them again.
@@ -425,35 +421,41 @@ impl Producer {
                     continue;
                 }
                 let written = self.write(&project, &index, &ns).await;
+                self.note_failure(&index, &ns, written);
                 if written != Written::Skipped {
                     self.metrics.write(written.label());
                 }
                 outcomes.push(written);
             }
         }
-        // A pass over everything, the view whole and unchanged throughout and every write done,
-        // makes the records current; a failed write makes them not, until a pass (asked for
-        // here, shortly) writes it.
-        if outcomes.iter().any(|w| matches!(w, Written::Error)) {
-            self.current.lock().current = None;
-            if let Some(again) = &self.again {
-                again.at(Trigger::Hub(Change::All), clock::now() + RETRY_AFTER_ERROR);
-            }
-        } else if triggers.contains(&Trigger::Hub(Change::All)) {
-            let mut word = self.current.lock();
-            if whole_at_start
-                && self.leader.is_leader()
-                && crate::run::whole(&self.view, &self.projects)
-                && crate::run::marks(&self.view, &self.projects) == marks
-                && !outcomes.contains(&Written::Skipped)
-            {
-                word.current = Some(marks);
-            } else {
-                // Not whole throughout: the next renewal that finds the view whole asks again.
-                word.asked = None;
-            }
+        // A failed write is tried again shortly, by a pass over everything.
+        if outcomes.iter().any(|w| matches!(w, Written::Error))
+            && let Some(again) = &self.again
+        {
+            again.at(Trigger::Hub(Change::All), clock::now() + RETRY_AFTER_ERROR);
         }
         outcomes
+    }
+
+    /// After a write of `namespace`'s record: one that failed, or an answer too large to write,
+    /// leaves its hub namespace failing (and what the answer names now is named by the next write,
+    /// as when nothing could be written); a record written or already right clears it.
+    fn note_failure(&self, index: &ProjectIndex, namespace: &str, written: Written) {
+        let Some(uid) = index.uid(namespace) else { return };
+        let hub_ns = format!("ns-{uid}");
+        match written {
+            Written::Error | Written::Oversized => {
+                self.failing.lock().insert(hub_ns.clone());
+                let answer = index.reachable(namespace).addresses;
+                self.unwritten.lock().observe(&hub_ns, &answer, clock::now());
+            }
+            Written::Applied | Written::Unchanged => {
+                self.failing.lock().remove(&hub_ns);
+            }
+            // Not written, and not a failure of the write: the record stays as it was, and so does
+            // whether its last write failed.
+            Written::NoHubNamespace | Written::Conflict | Written::Skipped => {}
+        }
     }
 
     pub fn set_state(&self) {

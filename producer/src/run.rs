@@ -14,9 +14,8 @@ use edgegate::index::hub::{HubView, HubWriter};
 use edgegate::index::project::{KindWriter, ProjectIndex};
 use edgegate::index::source::follow::{WatchSink, Whole, follow};
 use edgegate::runtime::admin::Probes;
-use edgegate::runtime::clock;
 use edgegate::runtime::controller::Controller;
-use edgegate::runtime::lease::{Leadership, Word};
+use edgegate::runtime::lease::Leadership;
 use edgegate::runtime::supervise::essential;
 use edgegate::runtime::wakeups::Later;
 use kube::runtime::watcher;
@@ -28,8 +27,10 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::args::Args;
+use crate::evidence::Evidence;
 use crate::metrics::Metrics;
 use crate::producer::{Producer, Projects, Trigger};
+use edgegate_pruner::run::Parts;
 
 pub async fn run(args: Args) -> anyhow::Result<()> {
     // Unbounded: fed by the watch handlers (through `forward`) and the Lease's word, neither of
@@ -38,17 +39,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let (triggers_tx, triggers) = mpsc::unbounded_channel();
     let view = Arc::new(HubView::new(args.record_name.clone()));
     let projects = Projects::default();
-    let current = Current::default();
-    let mut lease = args.lease.config(&args.lease_name, "edgegate-producer");
-    let renew_every = lease.renew_every();
-    lease.word = Some(word(
-        Arc::clone(&view),
-        Arc::clone(&projects),
-        Arc::clone(&current),
-        triggers_tx.clone(),
-        renew_every,
-        args.withdraw_after,
-    ));
+    let lease = args.lease.config(&args.lease_name, "edgegate-producer");
     let controller = Controller::start(&args.hub, &lease).await?;
     let hub = controller.hub.clone();
     let shutdown = &controller.shutdown;
@@ -68,113 +59,71 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     }
     let metrics = Arc::new(Metrics::new().with_hub_token(&args.hub));
     let recorder = controller.recorder("edgegate-producer");
+    let unwritten = Arc::new(Mutex::new(edgegate::core::unwritten::Unwritten::new(args.withdraw_after)));
+    let failing = Arc::default();
+    // With --prune, the pruner runs here, on this Lease, asking this process's memory.
+    let pruning = args.prune.then(|| {
+        let evidence = Arc::new(Mutex::new(None::<Arc<Evidence>>));
+        let parts = Parts::start(
+            &controller,
+            &args.deletion,
+            &args.record_name,
+            edgegate_pruner::metrics::Metrics::embedded(),
+            |_, later| {
+                let made = Arc::new(Evidence::new(
+                    Arc::clone(&view),
+                    Arc::clone(&engaged.projects),
+                    Arc::clone(&unwritten),
+                    Arc::clone(&failing),
+                    args.withdraw_after + args.deletion.grace,
+                    later,
+                ));
+                *evidence.lock() = Some(Arc::clone(&made));
+                Some(made as Arc<dyn edgegate_pruner::gate::Gate>)
+            },
+        );
+        let evidence = evidence.lock().take();
+        (parts, evidence)
+    });
     let producer = Producer {
         hub,
         view: Arc::clone(&view),
         projects: Arc::clone(&engaged.projects),
         force_ownership: args.force_ownership,
         withdrawals: Mutex::new(Hold::new(args.withdraw_after)),
-        unwritten: Mutex::new(edgegate::core::unwritten::Unwritten::new(args.withdraw_after)),
+        unwritten,
+        failing,
         again: Some(Later::default()),
         leader: controller.leader.clone(),
         metrics: Arc::clone(&metrics),
         recorder,
-        current,
     };
-    let admin = Admin { view, engaged: engaged.clone(), metrics, leader: controller.leader.clone() };
+    let (pruner, evidence) = match pruning {
+        Some((parts, evidence)) => (Some(parts), evidence),
+        None => (None, None),
+    };
+    let admin = Admin {
+        view,
+        engaged: engaged.clone(),
+        metrics,
+        leader: controller.leader.clone(),
+        pruner: pruner.as_ref().map(Parts::admin),
+        evidence,
+    };
     controller.serve_admin(args.listen, Arc::new(admin)).await?;
-    tracing::info!(withdraw_after = ?args.withdraw_after, "producing");
-    producer.run(triggers, args.resync, controller.shutdown.clone()).await;
+    tracing::info!(withdraw_after = ?args.withdraw_after, prune = args.prune, grace = ?args.deletion.grace, "producing");
+    let shutdown = controller.shutdown.clone();
+    match pruner {
+        Some(Parts { pruner, changes }) => {
+            tokio::join!(
+                producer.run(triggers, args.resync, shutdown.clone()),
+                pruner.run(changes, args.resync, shutdown)
+            );
+        }
+        None => producer.run(triggers, args.resync, shutdown).await,
+    }
     controller.stopped().await;
     Ok(())
-}
-
-/// The word the producer gives on its Lease: its records are current while it sees the hub and
-/// every engaged project whole, and has written a pass over all of them since it last saw any of
-/// them otherwise (`current` holds the [`Marks`] of that pass). A view whose marks moved on (a
-/// watch failed and listed again between two renewals, a project engaged) asks for such a pass.
-/// So does a write of the Lease that comes longer than two renewals after the last one: a
-/// process that was paused, or did not lead, has events it has not read yet.
-///
-/// With the word it says for how long its records have named everything served: its projects'
-/// watches have been whole without a break for that long plus `--withdraw-after` (what served
-/// before it watched, it cannot know; what stopped serving since it watched stays named for
-/// `--withdraw-after`). Until then, a producer just started or watching again gives no word.
-fn word(
-    view: Arc<HubView>,
-    projects: Projects,
-    current: Current,
-    again: mpsc::UnboundedSender<Trigger>,
-    renew_every: std::time::Duration,
-    withdraw_after: std::time::Duration,
-) -> Word {
-    let last_write = Mutex::new(None::<std::time::Instant>);
-    // Since when the Lease has been written without a gap: a paused process replays its events
-    // in a burst, and what was added and removed within it no answer saw.
-    let attentive_since = Mutex::new(clock::now());
-    Word(Arc::new(move || {
-        let now = clock::now();
-        let gap = last_write.lock().replace(now).map(|last| now.saturating_duration_since(last));
-        if gap.is_none_or(|gap| gap > 2 * renew_every + std::time::Duration::from_secs(1)) {
-            *current.lock() = WordState::default();
-            *attentive_since.lock() = now;
-        }
-        if !whole(&view, &projects) {
-            return None;
-        }
-        let seen = marks(&view, &projects);
-        let mut word = current.lock();
-        if word.current.as_ref() == Some(&seen) {
-            let attentive_for = now.saturating_duration_since(*attentive_since.lock());
-            return watched_for(&projects, now)?.min(attentive_for).checked_sub(withdraw_after);
-        }
-        if word.asked.as_ref() != Some(&seen) {
-            let _ = again.send(Trigger::Hub(Change::All));
-            word.asked = Some(seen);
-        }
-        None
-    }))
-}
-
-/// Which view the producer has: the hub's count of watch failures, and each engaged project's
-/// engagement and count of watch failures.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Marks {
-    hub: u64,
-    projects: Vec<(String, u64, u64)>,
-}
-
-/// The word's state, shared by the passes and the Lease.
-#[derive(Debug, Default)]
-pub struct WordState {
-    /// The marks of the last pass over everything that found the view whole throughout and
-    /// wrote all of it.
-    pub current: Option<Marks>,
-    /// The marks a pass over everything was last asked for.
-    pub asked: Option<Marks>,
-}
-
-pub type Current = Arc<Mutex<WordState>>;
-
-pub fn marks(view: &HubView, projects: &Projects) -> Marks {
-    let projects = projects.read();
-    Marks {
-        hub: view.unsyncs(),
-        projects: projects.iter().map(|(n, p)| (n.clone(), p.engagement(), p.unsyncs())).collect(),
-    }
-}
-
-/// For how long every engaged project's watches have been whole without a break (`None` while
-/// any is not: `None` is the least of the options).
-fn watched_for(projects: &Projects, now: std::time::Instant) -> Option<std::time::Duration> {
-    let projects = projects.read();
-    projects.values().map(|p| p.whole_for(now)).min().flatten()
-}
-
-/// The hub and at least one project engaged, each synced.
-pub fn whole(view: &HubView, projects: &Projects) -> bool {
-    let projects = projects.read();
-    view.synced() && !projects.is_empty() && projects.values().all(|p| p.synced())
 }
 
 fn stem(path: &Path) -> String {
@@ -338,6 +287,9 @@ struct Admin {
     engaged: Engaged,
     metrics: Arc<Metrics>,
     leader: Leadership,
+    /// With --prune: the pruner's readiness and metrics, and why its deletions wait.
+    pruner: Option<edgegate_pruner::run::Admin>,
+    evidence: Option<Arc<Evidence>>,
 }
 
 impl Probes for Admin {
@@ -345,7 +297,10 @@ impl Probes for Admin {
     /// unready (that would stall every rollout for one bad kubeconfig): its records are left as
     /// they are, and it shows in `edgegate_producer_project_synced{project}` and its alert.
     fn ready(&self) -> Result<(), String> {
-        if self.view.synced() { Ok(()) } else { Err("hub namespaces and records not listed yet".into()) }
+        if !self.view.synced() {
+            return Err("hub namespaces and records not listed yet".into());
+        }
+        self.pruner.as_ref().map_or(Ok(()), Probes::ready)
     }
 
     fn metrics(&self) -> String {
@@ -353,6 +308,15 @@ impl Probes for Admin {
         let states: Vec<(String, bool)> = projects.iter().map(|(n, p)| (n.clone(), p.synced())).collect();
         drop(projects);
         self.metrics.set_state(self.leader.is_leader(), &states);
-        self.metrics.encode()
+        if let Some(evidence) = &self.evidence {
+            self.metrics.set_held(&evidence.held());
+        }
+        match &self.pruner {
+            Some(pruner) => {
+                pruner.refresh();
+                edgegate::runtime::metrics::encode_all(&[self.metrics.registry(), pruner.registry()])
+            }
+            None => self.metrics.encode(),
+        }
     }
 }

@@ -25,6 +25,34 @@ pub struct Args {
     #[arg(long, env = "EDGEGATE_RESYNC", value_parser = parse_period, default_value = "60s")]
     pub resync: Duration,
 
+    #[command(flatten)]
+    pub deletion: DeletionArgs,
+
+    /// Only EdgeReachability records with this name count; others are ignored and counted.
+    #[arg(long, env = "EDGEGATE_RECORD_NAME", default_value = edgegate::index::store::DEFAULT_RECORD_NAME)]
+    pub record_name: String,
+
+    /// Removed in 0.3.0 (the producer prunes itself, `edgegate-producer --prune`): refused with
+    /// an error, so a pruner left from an older install deletes nothing on records it no longer
+    /// has the producer's word for.
+    #[arg(long, env = "EDGEGATE_PRODUCER_LEASE", hide = true)]
+    pub producer_lease: Option<String>,
+
+    /// Name of the coordination.k8s.io/v1 Lease that elects the one replica that deletes.
+    #[arg(long, env = "EDGEGATE_LEASE_NAME", default_value = "edgegate-pruner")]
+    pub lease_name: String,
+
+    #[command(flatten)]
+    pub lease: LeaseArgs,
+
+    /// Log format.
+    #[arg(long, env = "EDGEGATE_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+}
+
+/// How copies are deleted: the pruner's, and the producer's with `--prune`.
+#[derive(Clone, Debug, clap::Args)]
+pub struct DeletionArgs {
     /// Delete a copy only once its record has named none of its addresses for this long without a
     /// break (judged again right before the DELETE), so a record that flaps withdraws nothing.
     /// 0: delete as soon as a pass finds it.
@@ -43,33 +71,10 @@ pub struct Args {
     #[arg(long, env = "EDGEGATE_COPY_SELECTOR", default_value = edgegate::core::selector::DEFAULT_COPY_SELECTOR)]
     pub copy_selector: CopySelector,
 
-    /// Only EdgeReachability records with this name count; others are ignored and counted.
-    #[arg(long, env = "EDGEGATE_RECORD_NAME", default_value = edgegate::index::store::DEFAULT_RECORD_NAME)]
-    pub record_name: String,
-
     /// Watch that every record entry and copy address is spelled canonically, every 60 s
     /// (edgegate_prune_noncanonical_addresses, a warning when any is not). Set by
-    /// deploy/components/policy, whose ValidatingAdmissionPolicy compares addresses as exact
+    /// deploy/components/policy (on edgegate-pruner, or edgegate-producer with --prune), whose ValidatingAdmissionPolicy compares addresses as exact
     /// strings where edgegate compares them normalised.
     #[arg(long, env = "EDGEGATE_EXACT_SPELLING")]
     pub exact_spelling: bool,
-
-    /// The producer's Lease (in --lease-namespace): a copy that falls due is deleted only once the
-    /// producer holding it has said, after the copy fell due, that the records it writes are
-    /// current (running, seeing the hub and every project whole). Until then the copy waits: a
-    /// record cannot name an address served again while its producer is down or cut off. Set by
-    /// deploy/components/producer; needs the producer's leader election and a non-zero --grace.
-    #[arg(long, env = "EDGEGATE_PRODUCER_LEASE")]
-    pub producer_lease: Option<String>,
-
-    /// Name of the coordination.k8s.io/v1 Lease that elects the one replica that deletes.
-    #[arg(long, env = "EDGEGATE_LEASE_NAME", default_value = "edgegate-pruner")]
-    pub lease_name: String,
-
-    #[command(flatten)]
-    pub lease: LeaseArgs,
-
-    /// Log format.
-    #[arg(long, env = "EDGEGATE_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
-    pub log_format: LogFormat,
 }

@@ -2,8 +2,8 @@
 #![forbid(unsafe_code)]
 
 pub mod args;
+pub mod gate;
 pub mod metrics;
 pub mod pruner;
 pub mod run;
 pub mod spelling;
-pub mod word;

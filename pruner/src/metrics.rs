@@ -38,9 +38,21 @@ impl Metrics {
         self
     }
 
+    /// `edgegate-pruner`'s: every metric of the process.
     pub fn new() -> Self {
         let mut registry = Registry::with_prefix("edgegate");
         edgegate::runtime::metrics::register_undecodable(&mut registry);
+        let leader = registered(&mut registry, "leader", "1 while this replica holds the Lease and may delete");
+        Self::families(registry, leader)
+    }
+
+    /// Inside `edgegate-producer --prune`: only the pruner's own families, beside the producer's
+    /// (which has the process-wide ones: one Lease, one `edgegate_leader`).
+    pub fn embedded() -> Self {
+        Self::families(Registry::with_prefix("edgegate"), Gauge::default())
+    }
+
+    fn families(mut registry: Registry, leader: Gauge) -> Self {
         let deletions: Family<ResultLabels, Counter> = registered(
             &mut registry,
             "prune_deletions",
@@ -48,14 +60,13 @@ impl Metrics {
         );
         let pass_duration = Histogram::new(exponential_buckets(0.000_1, 4.0, 10));
         registry.register("prune_pass_duration_seconds", "Time to plan and carry out one pass", pass_duration.clone());
-        let leader = registered(&mut registry, "leader", "1 while this replica holds the Lease and may delete");
         let synced =
             registered(&mut registry, "prune_caches_synced", "1 while both the record and the copy caches are whole");
         let copies = registered(&mut registry, "prune_copies", "Copies in the cache");
         let waiting_for_producer = registered(
             &mut registry,
             "prune_waiting_for_producer_seconds",
-            "How long due deletions have waited without the producer's word standing (--producer-lease); 0 when none waits",
+            "How long due deletions have waited for evidence that their record is current (the producer's own view of their project with edgegate-producer --prune, its word with --producer-lease); 0 when none waits",
         );
         // Every result from the start, at 0: an alert on rate() or increase() sees the first one.
         let results = crate::pruner::Outcome::ALL.map(crate::pruner::Outcome::label);
@@ -112,6 +123,10 @@ impl Metrics {
 
     pub fn encode(&self) -> String {
         edgegate::runtime::metrics::encode(&self.registry)
+    }
+
+    pub fn registry(&self) -> &Registry {
+        &self.registry
     }
 }
 

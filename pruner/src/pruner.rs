@@ -25,8 +25,8 @@ use parking_lot::Mutex;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
+use crate::gate::Gate;
 use crate::metrics::Metrics;
-use crate::word::ProducerWord;
 
 /// Deletions (each a DELETE and its Event) a pass has in flight at once.
 const IN_FLIGHT: usize = 8;
@@ -127,8 +127,9 @@ pub struct Pruner {
     pub grace: Grace,
     /// Where a namespace is asked to be passed over again, once a held copy becomes due.
     pub again: Option<Later<Change>>,
-    /// With `--producer-lease`: a copy due is deleted only once the producer's word is given since.
-    pub word: Option<Arc<ProducerWord>>,
+    /// Evidence a due copy's record is a withdrawal ([`crate::gate`]): the producer's word
+    /// (`--producer-lease`), or the producer's own view of the copy's project when it prunes.
+    pub gate: Option<Arc<dyn Gate>>,
     /// Whether this replica may delete now.
     pub leader: Leadership,
     pub metrics: Arc<Metrics>,
@@ -262,11 +263,11 @@ impl Pruner {
             }
             grace.due_at(&key)
         };
-        if let Some(word) = &self.word
-            && !due_at.is_some_and(|due| word.given_since(due, clock::now()))
+        if let Some(gate) = &self.gate
+            && !due_at.is_some_and(|due| gate.allows(planned, due, clock::now()))
         {
-            if word.wait(&planned.namespace) {
-                tracing::info!(namespace = %planned.namespace, name = %planned.name, "due; waiting for the producer to say its records are current");
+            if gate.wait(&planned.namespace) {
+                tracing::info!(namespace = %planned.namespace, name = %planned.name, "due; waiting for evidence that its record is current");
             }
             return None;
         }

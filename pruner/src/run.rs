@@ -3,6 +3,7 @@
 use std::sync::Arc;
 
 use edgegate::core::hold::Hold;
+use edgegate::index::Change;
 use edgegate::index::copies::{CopyIndex, CopyWriter};
 use edgegate::index::source::follow::follow;
 use edgegate::index::source::kubernetes::{OnWatchError, RecordObserver, StoreWriter};
@@ -19,82 +20,108 @@ use parking_lot::Mutex;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use crate::args::Args;
+use crate::args::{Args, DeletionArgs};
+use crate::gate::Gate;
 use crate::metrics::Metrics;
 use crate::pruner::{Grace, Pacer, Pruner, named_again};
-use crate::word::ProducerWord;
 
 pub async fn run(args: Args) -> anyhow::Result<()> {
     anyhow::ensure!(
-        args.producer_lease.is_none() || !args.grace.is_zero(),
-        "--producer-lease needs a non-zero --grace: the producer's word is asked for after a copy falls due"
+        args.producer_lease.is_none(),
+        "--producer-lease (EDGEGATE_PRODUCER_LEASE) was removed in 0.3.0: the producer prunes itself \
+         (edgegate-producer --prune, set by deploy/components/producer), each copy on its own project's \
+         evidence; delete this Deployment (docs/upgrading.md)"
     );
     let controller = Controller::start(&args.hub, &args.lease.config(&args.lease_name, "edgegate-pruner")).await?;
-    // Unbounded: the watch handlers send on it and must never wait, and a change dropped would
-    // lose a pass; one message per event, drained into one pass per namespace by each batch.
-    let (changes_tx, changes) = mpsc::unbounded_channel();
-    let records = Arc::new(RecordStore::new(args.record_name.clone()));
-    let copies = Arc::new(CopyIndex::default());
-    let grace: Grace = Arc::new(Mutex::new(Hold::new(args.grace)));
-    let observer = named_again(Arc::clone(&grace), Arc::clone(&copies));
-    let shutdown = &controller.shutdown;
-    start_watches(
-        &controller.hub,
-        &args.copy_selector,
-        &records,
-        &copies,
-        changes_tx.clone(),
-        Some(observer),
-        shutdown,
-    );
-    let mut metrics = Metrics::new().with_hub_token(&args.hub);
-    if args.exact_spelling {
-        metrics = metrics.with_spelling();
-    }
-    let metrics = Arc::new(metrics);
-    if args.exact_spelling {
-        let (records, copies, metrics) = (Arc::clone(&records), Arc::clone(&copies), Arc::clone(&metrics));
-        let count = crate::spelling::watch(records, copies, metrics, controller.shutdown.clone());
-        essential("spelling count", &controller.shutdown, count);
-    }
-    let word = args.producer_lease.as_ref().map(|name| {
-        let lease = Api::namespaced(controller.hub.clone(), &args.lease.lease_namespace);
-        Arc::new(ProducerWord::new(lease, name.clone(), args.grace, changes_tx.clone()))
-    });
-    let admin = Admin {
-        records: Arc::clone(&records),
-        copies: Arc::clone(&copies),
-        metrics: Arc::clone(&metrics),
-        leader: controller.leader.clone(),
-        word: word.clone(),
-    };
-    controller.serve_admin(args.listen, Arc::new(admin)).await?;
-    let pruner = Pruner {
-        client: controller.hub.clone(),
-        records,
-        copies,
-        selector: args.copy_selector,
-        dry_run: args.dry_run,
-        pacer: Pacer::per_second(args.max_deletes_per_second),
-        grace,
-        again: Some(Later::default()),
-        word,
-        leader: controller.leader.clone(),
-        metrics,
-        recorder: controller.recorder("edgegate-pruner"),
-    };
+    let metrics = Metrics::new().with_hub_token(&args.hub);
+    let parts = Parts::start(&controller, &args.deletion, &args.record_name, metrics, |_, _| None);
+    controller.serve_admin(args.listen, Arc::new(parts.admin())).await?;
     tracing::info!(
-        grace = ?args.grace,
-        max_deletes_per_second = args.max_deletes_per_second,
-        dry_run = args.dry_run,
-        exact_spelling = args.exact_spelling,
-        producer_lease = args.producer_lease.as_deref(),
-        selector = %pruner.selector,
+        grace = ?args.deletion.grace,
+        max_deletes_per_second = args.deletion.max_deletes_per_second,
+        dry_run = args.deletion.dry_run,
+        exact_spelling = args.deletion.exact_spelling,
+        selector = %parts.pruner.selector,
         "pruning"
     );
-    pruner.run(changes, args.resync, controller.shutdown.clone()).await;
+    parts.pruner.run(parts.changes, args.resync, controller.shutdown.clone()).await;
     controller.stopped().await;
     Ok(())
+}
+
+/// A pruner on `controller`'s hub and Lease, its watches started: what `edgegate-pruner` runs,
+/// and `edgegate-producer --prune` beside its own loop.
+pub struct Parts {
+    pub pruner: Pruner,
+    /// What the watches (and the gate) send: the namespaces to pass over.
+    pub changes: mpsc::UnboundedReceiver<edgegate::index::Change>,
+}
+
+impl Parts {
+    /// Start the record and copy watches (and the spelling count, with `--exact-spelling`) and
+    /// make the pruner, its gate from `gate` (given the changes channel and the pruner's queue of
+    /// later passes, for passing a namespace over again).
+    pub fn start(
+        controller: &Controller,
+        deletion: &DeletionArgs,
+        record_name: &str,
+        mut metrics: Metrics,
+        gate: impl FnOnce(mpsc::UnboundedSender<Change>, Later<Change>) -> Option<Arc<dyn Gate>>,
+    ) -> Parts {
+        // Unbounded: the watch handlers send on it and must never wait, and a change dropped
+        // would lose a pass; one message per event, drained into one pass per namespace by each
+        // batch.
+        let (changes_tx, changes) = mpsc::unbounded_channel();
+        let records = Arc::new(RecordStore::new(record_name.to_owned()));
+        let copies = Arc::new(CopyIndex::default());
+        let grace: Grace = Arc::new(Mutex::new(Hold::new(deletion.grace)));
+        let observer = named_again(Arc::clone(&grace), Arc::clone(&copies));
+        start_watches(
+            &controller.hub,
+            &deletion.copy_selector,
+            &records,
+            &copies,
+            changes_tx.clone(),
+            Some(observer),
+            &controller.shutdown,
+        );
+        if deletion.exact_spelling {
+            metrics = metrics.with_spelling();
+        }
+        let metrics = Arc::new(metrics);
+        if deletion.exact_spelling {
+            let (records, copies, metrics) = (Arc::clone(&records), Arc::clone(&copies), Arc::clone(&metrics));
+            let count = crate::spelling::watch(records, copies, metrics, controller.shutdown.clone());
+            essential("spelling count", &controller.shutdown, count);
+        }
+        let again = Later::default();
+        let pruner = Pruner {
+            client: controller.hub.clone(),
+            records,
+            copies,
+            selector: deletion.copy_selector.clone(),
+            dry_run: deletion.dry_run,
+            pacer: Pacer::per_second(deletion.max_deletes_per_second),
+            grace,
+            gate: gate(changes_tx, again.clone()),
+            again: Some(again),
+            leader: controller.leader.clone(),
+            metrics,
+            recorder: controller.recorder("edgegate-pruner"),
+        };
+        Parts { pruner, changes }
+    }
+
+    /// What the pruner's probes and metrics read.
+    pub fn admin(&self) -> Admin {
+        Admin {
+            records: Arc::clone(&self.pruner.records),
+            copies: Arc::clone(&self.pruner.copies),
+            metrics: Arc::clone(&self.pruner.metrics),
+            leader: self.pruner.leader.clone(),
+            gate: self.pruner.gate.clone(),
+        }
+    }
 }
 
 /// One list and a watch each: EdgeReachability everywhere, and copies by the copy selector.
@@ -126,13 +153,27 @@ pub fn start_watches(
     ]
 }
 
+/// The pruner's readiness and metrics.
 #[derive(Clone)]
-struct Admin {
+pub struct Admin {
     records: Arc<RecordStore>,
     copies: Arc<CopyIndex>,
     metrics: Arc<Metrics>,
     leader: Leadership,
-    word: Option<Arc<ProducerWord>>,
+    gate: Option<Arc<dyn Gate>>,
+}
+
+impl Admin {
+    pub fn registry(&self) -> &prometheus_client::registry::Registry {
+        self.metrics.registry()
+    }
+
+    /// Brings the gauges up to date before a scrape.
+    pub fn refresh(&self) {
+        let synced = self.records.synced() && self.copies.synced();
+        self.metrics.set_state(self.leader.is_leader(), synced, self.copies.len());
+        self.metrics.set_waiting_for_producer(self.gate.as_ref().map(|g| g.held_for()).unwrap_or_default());
+    }
 }
 
 impl Probes for Admin {
@@ -141,9 +182,7 @@ impl Probes for Admin {
     }
 
     fn metrics(&self) -> String {
-        let synced = self.records.synced() && self.copies.synced();
-        self.metrics.set_state(self.leader.is_leader(), synced, self.copies.len());
-        self.metrics.set_waiting_for_producer(self.word.as_ref().map(|w| w.held_for()).unwrap_or_default());
+        self.refresh();
         self.metrics.encode()
     }
 }

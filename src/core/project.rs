@@ -113,6 +113,15 @@ pub struct NamespaceMeta {
     pub metadata: Box<ObjectMeta>,
 }
 
+/// The label other controllers put on each hub namespace, naming the project it belongs to:
+/// `cluster-<project>`, with `/` in the project's name spelled `_` ([`cluster_label`]).
+pub const UPSTREAM_CLUSTER_LABEL: &str = "meta.datumapis.com/upstream-cluster-name";
+
+/// The value of [`UPSTREAM_CLUSTER_LABEL`] on the hub namespaces of `project`.
+pub fn cluster_label(project: &str) -> String {
+    format!("cluster-{}", project.replace('/', "_"))
+}
+
 static_resource!(NamespaceMeta, k8s_openapi::ClusterResourceScope, "", "v1", "Namespace", "namespaces");
 
 static_resource!(HttpProxy, NamespaceResourceScope, GROUP, VERSION, "HTTPProxy", "httpproxies");

@@ -19,7 +19,9 @@ use crate::core::project::NamespaceMeta;
 #[derive(Debug)]
 pub struct HubView {
     record_name: String,
-    namespaces: RwLock<HashSet<String>>,
+    /// Hub namespace → the project it says it belongs to (its
+    /// [`UPSTREAM_CLUSTER_LABEL`](crate::core::project::UPSTREAM_CLUSTER_LABEL), if labelled).
+    namespaces: RwLock<HashMap<String, Option<String>>>,
     /// Hub namespace → the record's `spec.addresses` as written.
     records: RwLock<HashMap<String, Vec<String>>>,
     /// Hub namespaces whose record cannot be decoded: what it names is unknown, so the producer
@@ -59,7 +61,13 @@ impl HubView {
     }
 
     pub fn has_namespace(&self, namespace: &str) -> bool {
-        self.namespaces.read().contains(namespace)
+        self.namespaces.read().contains_key(namespace)
+    }
+
+    /// The value of the hub namespace's project label (`cluster-<project>`): `None` while the
+    /// namespace is not seen or carries no such label.
+    pub fn upstream_cluster(&self, namespace: &str) -> Option<String> {
+        self.namespaces.read().get(namespace).cloned().flatten()
     }
 
     /// Is the namespace's record on the hub one that cannot be decoded?
@@ -78,6 +86,10 @@ impl HubView {
     }
 }
 
+fn upstream_cluster(ns: &NamespaceMeta) -> Option<String> {
+    ns.labels().get(crate::core::project::UPSTREAM_CLUSTER_LABEL).cloned()
+}
+
 /// Feeds a [`HubView`] from the hub's Namespace and EdgeReachability watches. A namespace that
 /// appears is sent on `changes`, so its record is written at once.
 pub struct HubWriter {
@@ -93,13 +105,13 @@ impl HubWriter {
 
 impl SnapshotSink<NamespaceMeta> for HubWriter {
     fn replace(&mut self, list: Vec<NamespaceMeta>, _undecodable: Vec<kube::core::error_boundary::InvalidObject>) {
-        *self.view.namespaces.write() = list.iter().map(ResourceExt::name_any).collect();
+        *self.view.namespaces.write() = list.iter().map(|ns| (ns.name_any(), upstream_cluster(ns))).collect();
         self.view.namespaces_synced.store(true, Ordering::Release);
         let _ = self.changes.send(Change::All);
     }
     fn applied(&mut self, ns: NamespaceMeta) {
         let name = ns.name_any();
-        if self.view.namespaces.write().insert(name.clone()) {
+        if self.view.namespaces.write().insert(name.clone(), upstream_cluster(&ns)).is_none() {
             let _ = self.changes.send(Change::Namespace(name));
         }
     }

@@ -114,6 +114,12 @@ impl ProjectIndex {
         self.uids.read().get(namespace).cloned()
     }
 
+    /// The project namespace whose UID is `uid` (the one hub namespace `ns-<uid>` holds the
+    /// record of), while the project has it.
+    pub fn namespace_with_uid(&self, uid: &str) -> Option<String> {
+        self.uids.read().iter().find(|(_, u)| u.as_str() == uid).map(|(n, _)| n.clone())
+    }
+
     /// Every project namespace, with its UID.
     pub fn namespaces(&self) -> Vec<(String, String)> {
         self.uids.read().iter().map(|(n, u)| (n.clone(), u.clone())).collect()

@@ -78,7 +78,6 @@ impl LeaseArgs {
             identity,
             duration: self.lease_duration,
             disabled: self.no_leader_election,
-            word: None,
         }
     }
 }

@@ -19,52 +19,6 @@ use parking_lot::Mutex;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-/// The annotation a write of the Lease carries when its holder gives its [`Word`]: that write's
-/// own `renewTime`, so the word is that write's and no other's (a write without it, an older
-/// binary's renewal that keeps an annotation it does not know, a release, gives none).
-pub const CURRENT_ANNOTATION: &str = "edgegate.datumapis.com/records-current-at";
-
-/// Given with the word, on the same write: for how long before that write the holder's records
-/// have named everything served (seconds, to the millisecond). A holder that has only just
-/// started watching, or watched again after a break, cannot know what served before: it says
-/// so, and whoever acts on the word waits for that to be covered.
-pub const COMPLETE_ANNOTATION: &str = "edgegate.datumapis.com/records-complete-for";
-
-/// For how long before the write carrying the word its records named everything served, when
-/// the Lease carries the word and says ([`COMPLETE_ANNOTATION`]); a value that cannot be read
-/// (negative, not a number) says nothing is complete yet. `None`: no word, or not said.
-pub fn word_complete_for(lease: &Lease) -> Option<Duration> {
-    let value = lease.metadata.annotations.as_ref()?.get(COMPLETE_ANNOTATION)?;
-    let seconds = value.parse::<f64>().ok().and_then(|s| Duration::try_from_secs_f64(s).ok());
-    word_given(lease).then(|| seconds.unwrap_or_default())
-}
-
-/// Does this state of the Lease carry its holder's word: held, and the annotation naming the
-/// very `renewTime` of the write that set it?
-pub fn word_given(lease: &Lease) -> bool {
-    let Some(spec) = &lease.spec else { return false };
-    let held = spec.holder_identity.as_deref().is_some_and(|h| !h.is_empty());
-    let stamp = lease.metadata.annotations.as_ref().and_then(|a| a.get(CURRENT_ANNOTATION));
-    held && stamp.is_some() && stamp.map(String::as_str) == spec.renew_time.as_ref().and_then(micro_time).as_deref()
-}
-
-/// A MicroTime as the API server stores it (microseconds, `Z`).
-fn micro_time(at: &MicroTime) -> Option<String> {
-    serde_json::to_value(at).ok().and_then(|v| v.as_str().map(str::to_owned))
-}
-
-/// Asked at each write of the Lease: is what this holder writes current now, and since how long
-/// has it named everything (`None`: no word)? Another controller that acts on those writes (the
-/// pruner on the producer's records) reads the Lease for it.
-#[derive(Clone)]
-pub struct Word(pub Arc<dyn Fn() -> Option<Duration> + Send + Sync>);
-
-impl std::fmt::Debug for Word {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Word")
-    }
-}
-
 /// Which Lease, and who this replica is.
 #[derive(Clone, Debug)]
 pub struct LeaseConfig {
@@ -74,8 +28,6 @@ pub struct LeaseConfig {
     pub duration: Duration,
     /// No election: this replica always leads (run exactly one).
     pub disabled: bool,
-    /// Given on every write of the Lease as [`CURRENT_ANNOTATION`] and [`COMPLETE_ANNOTATION`].
-    pub word: Option<Word>,
 }
 
 impl LeaseConfig {
@@ -217,11 +169,10 @@ impl Elector {
     /// One round: create the Lease, renew it, take it over once released or expired, or follow.
     async fn try_acquire_or_renew(&mut self, sent: Instant) -> Result<(), kube::Error> {
         let Some(mut lease) = self.api.get_opt(&self.config.name).await? else {
-            let mut lease = Lease {
+            let lease = Lease {
                 metadata: ObjectMeta { name: Some(self.config.name.clone()), ..ObjectMeta::default() },
                 spec: Some(self.spec(now(), 0)),
             };
-            self.give_word(&mut lease);
             return self.write(sent, self.api.create(&PostParams::default(), &lease).await);
         };
         let spec = lease.spec.clone().unwrap_or_default();
@@ -231,7 +182,6 @@ impl Elector {
             renewed.renew_time = Some(now());
             renewed.lease_duration_seconds = Some(self.duration_seconds());
             lease.spec = Some(renewed);
-            self.give_word(&mut lease);
             return self.write(sent, self.api.replace(&self.config.name, &PostParams::default(), &lease).await);
         }
         if holder.is_some() && !self.expired(&lease, &spec) {
@@ -240,7 +190,6 @@ impl Elector {
         }
         let transitions = spec.lease_transitions.unwrap_or(0) + 1;
         lease.spec = Some(self.spec(now(), transitions));
-        self.give_word(&mut lease);
         tracing::info!(lease = %self.config.name, previous = ?holder, "taking over the lease");
         self.write(sent, self.api.replace(&self.config.name, &PostParams::default(), &lease).await)
     }
@@ -294,33 +243,9 @@ impl Elector {
         spec.lease_duration_seconds = Some(1);
         spec.renew_time = Some(now());
         lease.spec = Some(spec);
-        if let Some(annotations) = lease.metadata.annotations.as_mut() {
-            annotations.remove(CURRENT_ANNOTATION);
-            annotations.remove(COMPLETE_ANNOTATION);
-        }
         match self.api.replace(&self.config.name, &PostParams::default(), &lease).await {
             Ok(_) => tracing::info!(lease = %self.config.name, "released the lease"),
             Err(error) => tracing::warn!(lease = %self.config.name, %error, "could not release the lease; it expires"),
-        }
-    }
-
-    /// The holder's word, as it stands at this write: the write's `renewTime` and how long its
-    /// records have been complete, or nothing.
-    fn give_word(&self, lease: &mut Lease) {
-        let Some(Word(current)) = &self.config.word else { return };
-        let renewed = lease.spec.as_ref().and_then(|s| s.renew_time.as_ref()).and_then(micro_time);
-        let annotations = lease.metadata.annotations.get_or_insert_default();
-        match renewed.zip(current()) {
-            Some((at, complete)) => {
-                annotations.insert(CURRENT_ANNOTATION.to_owned(), at);
-                // Truncated, never rounded up: it must not say more than is so.
-                let seconds = format!("{}.{:03}", complete.as_secs(), complete.subsec_millis());
-                annotations.insert(COMPLETE_ANNOTATION.to_owned(), seconds);
-            }
-            None => {
-                annotations.remove(CURRENT_ANNOTATION);
-                annotations.remove(COMPLETE_ANNOTATION);
-            }
         }
     }
 
@@ -355,21 +280,6 @@ async fn sleep_until(deadline: Option<Instant>) {
 mod tests {
     use super::*;
 
-    fn lease(holder: Option<&str>, renewed: &str, stamp: Option<&str>) -> Lease {
-        let renew_time: MicroTime = serde_json::from_value(serde_json::json!(renewed)).expect("a MicroTime");
-        Lease {
-            metadata: ObjectMeta {
-                annotations: stamp.map(|s| [(CURRENT_ANNOTATION.to_owned(), s.to_owned())].into()),
-                ..ObjectMeta::default()
-            },
-            spec: Some(LeaseSpec {
-                holder_identity: holder.map(str::to_owned),
-                renew_time: Some(renew_time),
-                ..LeaseSpec::default()
-            }),
-        }
-    }
-
     /// A deadline passes by itself: no renewal, no leading, whatever the elector is doing (a
     /// paused process, a renewal stuck on a dead connection). On a paused clock: no sleeping.
     #[tokio::test(start_paused = true)]
@@ -384,33 +294,5 @@ mod tests {
         assert!(!leader.is_leader(), "past it");
         assert!(grant.tell(), "and the channel is told when asked");
         assert!(!*leader.changes().borrow());
-    }
-
-    #[test]
-    fn the_word_is_the_write_that_carries_it() {
-        let at = "2026-12-03T19:00:00.123456Z";
-        assert!(word_given(&lease(Some("producer-0"), at, Some(at))));
-        // A later renewal that kept an earlier write's stamp (a binary that does not know it).
-        assert!(!word_given(&lease(Some("producer-0"), "2026-12-03T19:00:03.000001Z", Some(at))));
-        assert!(!word_given(&lease(Some("producer-0"), at, None)));
-        assert!(!word_given(&lease(None, at, Some(at))), "released");
-        assert!(!word_given(&lease(Some(""), at, Some(at))), "released");
-    }
-
-    #[test]
-    fn how_long_the_records_are_complete_comes_with_the_word_only() {
-        let at = "2026-12-03T19:00:00.123456Z";
-        let with = |complete: &str, stamp: Option<&str>| {
-            let mut l = lease(Some("producer-0"), at, stamp);
-            l.metadata.annotations.get_or_insert_default().insert(COMPLETE_ANNOTATION.to_owned(), complete.to_owned());
-            word_complete_for(&l)
-        };
-        assert_eq!(with("12.345", Some(at)), Some(Duration::from_millis(12_345)));
-        assert_eq!(with("12.345", None), None, "no word");
-        assert_eq!(with("-1", Some(at)), Some(Duration::ZERO), "unreadable: nothing complete yet");
-        assert_eq!(with("soon", Some(at)), Some(Duration::ZERO));
-        assert_eq!(with("NaN", Some(at)), Some(Duration::ZERO));
-        assert_eq!(with("1e400", Some(at)), Some(Duration::ZERO));
-        assert_eq!(word_complete_for(&lease(Some("producer-0"), at, Some(at))), None, "not said");
     }
 }

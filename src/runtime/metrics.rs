@@ -41,8 +41,19 @@ pub fn register_undecodable(registry: &mut Registry) {
 
 /// The text exposition of `registry`.
 pub fn encode(registry: &Registry) -> String {
+    encode_all(&[registry])
+}
+
+/// One text exposition of the families of every registry in `registries` (names must not repeat
+/// across them): each registry's families, one `# EOF` at the end.
+pub fn encode_all(registries: &[&Registry]) -> String {
     let mut text = String::new();
-    if let Err(e) = prometheus_client::encoding::text::encode(&mut text, registry) {
+    for registry in registries {
+        if let Err(e) = prometheus_client::encoding::text::encode_registry(&mut text, registry) {
+            tracing::warn!(error = %e, "encoding metrics failed");
+        }
+    }
+    if let Err(e) = prometheus_client::encoding::text::encode_eof(&mut text) {
         tracing::warn!(error = %e, "encoding metrics failed");
     }
     text

@@ -65,6 +65,13 @@ fn named<'a>(objects: &'a [Value], kind: &str, name: &str) -> Option<&'a Value> 
     objects.iter().find(|o| o["kind"] == kind && o["metadata"]["name"] == name)
 }
 
+/// Does the Deployment run the producer with `--prune` (or `EDGEGATE_PRUNE=true`)?
+fn prunes(deployment: &Value) -> bool {
+    let container = &deployment["spec"]["template"]["spec"]["containers"][0];
+    let flag = container["args"].as_array().into_iter().flatten().any(|a| a == "--prune" || a == "--prune=true");
+    flag || setting(deployment, "EDGEGATE_PRUNE", "--prune") == Some("true")
+}
+
 /// The first container's env value `key`, or the value of `--flag=` among its args.
 fn setting<'a>(deployment: &'a Value, key: &str, flag: &str) -> Option<&'a str> {
     let container = &deployment["spec"]["template"]["spec"]["containers"][0];
@@ -118,16 +125,34 @@ fn ca_sources(objects: &[Value], found: &mut Vec<String>) {
 
 /// Once the pruner deletes (components/enforce), whatever judges copies refuses them too.
 fn enforcement(objects: &[Value], found: &mut Vec<String>) {
-    let Some(pruner) = named(objects, "Deployment", "edgegate-pruner") else { return };
-    if setting(pruner, "EDGEGATE_DRY_RUN", "--dry-run") != Some("false") {
-        return; // only watching: nothing to be consistent with
+    // What deletes copies: the pruner, or the producer with --prune (components/producer).
+    let deleters: Vec<(&str, &Value)> = [
+        named(objects, "Deployment", "edgegate-pruner").map(|d| ("the pruner", d)),
+        named(objects, "Deployment", "edgegate-producer").filter(|d| prunes(d)).map(|d| ("the producer", d)),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    let deleting = |d: &Value| setting(d, "EDGEGATE_DRY_RUN", "--dry-run") == Some("false");
+    if let Some(webhook) = named(objects, "Deployment", "edgegate-webhook")
+        && setting(webhook, "EDGEGATE_MODE", "--mode") == Some("deny")
+    {
+        for (what, deployment) in deleters.iter().filter(|(_, d)| !deleting(d)) {
+            let name = deployment["metadata"]["name"].as_str().unwrap_or_default();
+            found.push(format!(
+                "the webhook refuses but {what} (Deployment {name}) only dry-runs: list components/producer before components/enforce"
+            ));
+        }
     }
+    let Some((what, _)) = deleters.iter().find(|(_, d)| deleting(d)) else {
+        return; // only watching: nothing to be consistent with
+    };
     let fix = "list components/policy and components/trim before components/enforce";
     if let Some(binding) = named(objects, "ValidatingAdmissionPolicyBinding", "edgegate") {
         let actions = &binding["spec"]["validationActions"];
         if !actions.as_array().is_some_and(|a| a.iter().any(|v| v == "Deny")) {
             found.push(format!(
-                "the pruner deletes but ValidatingAdmissionPolicyBinding edgegate only {actions}: unserved copies are still admitted; {fix}"
+                "{what} deletes but ValidatingAdmissionPolicyBinding edgegate only {actions}: unserved copies are still admitted; {fix}"
             ));
         }
     }
@@ -140,7 +165,7 @@ fn enforcement(objects: &[Value], found: &mut Vec<String>) {
             && object.pointer(what).and_then(Value::as_str) != Some("Fail")
         {
             found.push(format!(
-                "the pruner deletes but {kind} edgegate is not failurePolicy Fail: an unreachable judge admits unserved copies; {fix}"
+                "{what} deletes but {kind} edgegate is not failurePolicy Fail: an unreachable judge admits unserved copies; {fix}"
             ));
         }
     }
@@ -148,7 +173,7 @@ fn enforcement(objects: &[Value], found: &mut Vec<String>) {
         && named(objects, "ValidatingWebhookConfiguration", "edgegate").is_some()
         && setting(webhook, "EDGEGATE_MODE", "--mode").is_some_and(|m| m != "deny")
     {
-        found.push(format!("the pruner deletes but the webhook only warns (EDGEGATE_MODE); {fix}"));
+        found.push(format!("{what} deletes but the webhook only warns (EDGEGATE_MODE); {fix}"));
     }
 }
 

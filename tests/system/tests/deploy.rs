@@ -152,11 +152,26 @@ fn assert_mode(objects: &[Value], mode: Mode) {
     {
         assert_eq!(env(webhook, "EDGEGATE_MODE"), webhook_mode, "{mode:?}");
     }
-    if let Some(pruner) =
-        objects.iter().find(|o| o["kind"] == "Deployment" && o["metadata"]["name"] == "edgegate-pruner")
-    {
-        assert_eq!(env(pruner, "EDGEGATE_DRY_RUN"), dry_run, "{mode:?}");
-        assert_eq!(pruner["metadata"]["labels"]["edgegate.datumapis.com/enforces"], "true");
+    if let Some(deleter) = deleter(objects) {
+        assert_eq!(env(deleter, "EDGEGATE_DRY_RUN"), dry_run, "{mode:?}: {}", deleter["metadata"]["name"]);
+        assert_eq!(deleter["metadata"]["labels"]["edgegate.datumapis.com/enforces"], "true");
+    }
+}
+
+/// The one Deployment that deletes copies: edgegate-pruner, or, with components/producer (which
+/// removes it), edgegate-producer with `--prune`; none where nothing deletes (a Karmada hub's
+/// render: its binaries run on the host).
+fn deleter(objects: &[Value]) -> Option<&Value> {
+    let deployment = |name: &str| objects.iter().find(|o| o["kind"] == "Deployment" && o["metadata"]["name"] == name);
+    match (deployment("edgegate-pruner"), deployment("edgegate-producer")) {
+        (Some(_), Some(_)) => panic!("edgegate-pruner and edgegate-producer both delete copies"),
+        (Some(pruner), None) => Some(pruner),
+        (None, Some(producer)) => {
+            let args = &producer["spec"]["template"]["spec"]["containers"][0]["args"];
+            assert!(args.as_array().is_some_and(|a| a.iter().any(|a| a == "--prune")), "the producer prunes: {args}");
+            Some(producer)
+        }
+        (None, None) => None,
     }
 }
 
@@ -251,27 +266,37 @@ fn assert_common(objects: &[Value]) {
 /// The workloads, their flags, identities, roles, budgets and policies.
 fn assert_workloads(objects: &[Value]) {
     assert_args_match(find(objects, "Deployment", "edgegate-webhook"), edgegate_webhook::args::Args::command());
-    assert_args_match(find(objects, "Deployment", "edgegate-pruner"), edgegate_pruner::args::Args::command());
     assert_webhook_shutdown_fits(find(objects, "Deployment", "edgegate-webhook"));
     assert_eq!(rules_of(find(objects, "ClusterRole", "edgegate-webhook")), expected(WEBHOOK));
     assert_eq!(rules_of(find(objects, "ClusterRole", "edgegate-pruner")), expected(PRUNER));
     let lease = find(objects, "Role", "edgegate-pruner-lease");
     assert_eq!(lease["metadata"]["namespace"], "edgegate-system");
     assert_eq!(rules_of(lease), expected(&[PRUNER_LEASE]));
-    for (kind, name, sa) in [
-        ("ClusterRoleBinding", "edgegate-webhook", "edgegate-webhook"),
-        ("ClusterRoleBinding", "edgegate-pruner", "edgegate-pruner"),
-        ("RoleBinding", "edgegate-pruner-lease", "edgegate-pruner"),
-    ] {
+    // The pruner's calls are granted to whichever Deployment deletes.
+    let deleter = deleter(objects).expect("a Deployment that deletes copies");
+    let deleter_name = deleter["metadata"]["name"].as_str().expect("name");
+    let bindings: &[(&str, &str, &str)] = if deleter_name == "edgegate-pruner" {
+        assert_args_match(deleter, edgegate_pruner::args::Args::command());
+        &[
+            ("ClusterRoleBinding", "edgegate-pruner", "edgegate-pruner"),
+            ("RoleBinding", "edgegate-pruner-lease", "edgegate-pruner"),
+        ]
+    } else {
+        assert_args_match(deleter, edgegate_producer::args::Args::command());
+        let binding = find(objects, "ClusterRoleBinding", "edgegate-producer-prune");
+        assert_eq!(binding["roleRef"]["name"], "edgegate-pruner");
+        &[("ClusterRoleBinding", "edgegate-producer-prune", "edgegate-producer")]
+    };
+    for (kind, name, sa) in [("ClusterRoleBinding", "edgegate-webhook", "edgegate-webhook")].iter().chain(bindings) {
         let binding = find(objects, kind, name);
         assert_eq!(
             binding["subjects"],
             json!([{"kind": "ServiceAccount", "name": sa, "namespace": "edgegate-system"}])
         );
         let deployment = find(objects, "Deployment", sa);
-        assert_eq!(deployment["spec"]["template"]["spec"]["serviceAccountName"], sa);
+        assert_eq!(deployment["spec"]["template"]["spec"]["serviceAccountName"], *sa);
     }
-    for name in ["edgegate-webhook", "edgegate-pruner"] {
+    for name in ["edgegate-webhook", deleter_name] {
         find(objects, "PodDisruptionBudget", name);
     }
     find(objects, "NetworkPolicy", "edgegate");
@@ -472,21 +497,27 @@ fn the_webhook_mounts_its_certificate_where_its_flags_point() {
 /// Sizing from the measured figures, and nothing that stalls a drain or a rollout.
 #[test]
 fn sizing_priority_spread_and_disruption_budgets() {
+    let plain = compose("sizing", &["base"], &["components/cert-manager", "components/images"]);
     let objects =
-        compose("sizing", &["base"], &["components/producer", "components/cert-manager", "components/images"]);
+        compose("sizing-producer", &["base"], &["components/producer", "components/cert-manager", "components/images"]);
     let mib = |q: &Value| {
         let q = q.as_str().unwrap_or_default();
         q.strip_suffix("Mi").and_then(|n| n.parse::<u64>().ok()).unwrap_or_else(|| panic!("memory {q} in Mi"))
     };
-    // (name, measured MiB at the largest hub measured: docs/performance.md, docs/producer.md)
-    for (name, measured) in [("edgegate-webhook", 74), ("edgegate-pruner", 178), ("edgegate-producer", 80)] {
-        let resources = &find(&objects, "Deployment", name)["spec"]["template"]["spec"]["containers"][0]["resources"];
+    // (name, measured MiB at the largest hub measured: docs/performance.md, docs/producer.md; the
+    // producer prunes too, so it holds the pruner's copies besides its own 80 MiB)
+    for (objects, name, measured) in [
+        (&objects, "edgegate-webhook", 74),
+        (&plain, "edgegate-pruner", 178),
+        (&objects, "edgegate-producer", 80 + 178),
+    ] {
+        let resources = &find(objects, "Deployment", name)["spec"]["template"]["spec"]["containers"][0]["resources"];
         let (request, limit) = (mib(&resources["requests"]["memory"]), mib(&resources["limits"]["memory"]));
         assert!(
             request >= measured && limit >= 2 * measured,
             "{name}: request {request}Mi, limit {limit}Mi vs {measured} MiB measured"
         );
-        let pdb = find(&objects, "PodDisruptionBudget", name);
+        let pdb = find(objects, "PodDisruptionBudget", name);
         assert_eq!(
             pdb["spec"]["unhealthyPodEvictionPolicy"], "AlwaysAllow",
             "{name}: an unready pod never stalls a drain"
@@ -585,29 +616,35 @@ fn karmada_host_overlay_runs_the_binaries_against_the_hub() {
 fn producer_component_adds_the_producer_with_exact_rbac() {
     use edgegate::runtime::rbac::{PRODUCER_HUB, PRODUCER_LEASE, PRODUCER_PROJECT};
     let objects = compose("producer", &["overlays/enforce"], &["components/producer"]);
-    // Added after the overlay's components/images, the producer keeps the bare name: the docs
-    // say to list components/images last in one kustomization, and this is why.
-    assert_eq!(
-        find(&objects, "Deployment", "edgegate-producer")["spec"]["template"]["spec"]["containers"][0]["image"],
-        "edgegate"
-    );
-    let objects =
-        compose("producer-last", &["base"], &["components/producer", "components/cert-manager", "components/images"]);
-    assert_common(&objects);
+    // Added after the overlay's components/images, the producer keeps the bare name, and after its
+    // components/enforce it only dry-runs its deletions: the docs say to list components/producer
+    // before components/enforce and components/images last in one kustomization, and this is why.
     let producer = find(&objects, "Deployment", "edgegate-producer");
-    assert_args_match(producer, edgegate_producer::args::Args::command());
+    assert_eq!(producer["spec"]["template"]["spec"]["containers"][0]["image"], "edgegate");
+    assert_eq!(env(producer, "EDGEGATE_DRY_RUN"), "true");
+    let (passed, said) = render_check(&objects);
+    assert!(!passed && said.contains("list components/producer before components/enforce"), "{said}");
+    let objects = compose(
+        "producer-ordered",
+        &["base"],
+        &["components/producer", "components/cert-manager", "components/enforce", "components/images"],
+    );
+    assert_common(&objects);
+    assert_mode(&objects, Mode::Enforce);
+    let (passed, said) = render_check(&objects);
+    assert!(passed, "{said}");
+    let producer = find(&objects, "Deployment", "edgegate-producer");
     let spec = &producer["spec"]["template"]["spec"];
     assert_eq!(spec["volumes"][0]["secret"]["secretName"], "edgegate-producer-projects");
     assert_eq!(rules_of(find(&objects, "ClusterRole", "edgegate-producer")), expected(PRODUCER_HUB));
     assert_eq!(rules_of(find(&objects, "ClusterRole", "edgegate-producer-project")), expected(PRODUCER_PROJECT));
     assert_eq!(rules_of(find(&objects, "Role", "edgegate-producer-lease")), expected(&[PRODUCER_LEASE]));
-    // The pruner deletes on the producer's word, which the producer gives on the Lease it is
-    // elected by (so it must not run without election), in the pruner's own namespace.
-    let pruner = find(&objects, "Deployment", "edgegate-pruner");
-    assert_eq!(env(pruner, "EDGEGATE_PRODUCER_LEASE"), "edgegate-producer");
-    let args = producer["spec"]["template"]["spec"]["containers"][0]["args"].to_string();
+    // The producer deletes, on its own Lease (so it must not run without election); no pruner.
+    assert!(!objects.iter().any(|o| o["metadata"]["name"] == "edgegate-pruner"
+        && (o["kind"] == "Deployment" || o["kind"] == "PodDisruptionBudget")));
+    let args = spec["containers"][0]["args"].to_string();
     assert!(args.contains("--lease-name=edgegate-producer") && !args.contains("--no-leader-election"), "{args}");
-    assert_eq!(producer["metadata"]["namespace"], pruner["metadata"]["namespace"]);
+    assert!(args.contains("--prune"), "{args}");
 }
 
 #[test]

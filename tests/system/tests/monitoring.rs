@@ -110,21 +110,40 @@ fn exported(scrape: &str, name: &str) -> bool {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_metric_the_alerts_and_dashboard_use_is_exported() {
-    // The three binaries as installed with the producer and components/policy (which sets the
-    // pruner's --exact-spelling: an alert reads the gauges it adds), each under its own
+    // The binaries as installed: the webhook and the pruner of overlays/dev, and the producer,
+    // which prunes, with components/producer and components/policy (which sets --exact-spelling
+    // on whichever prunes: an alert reads the gauges it adds), each under its own
     // ServiceAccount; the hub is its own producer's one project.
     let cp = ControlPlane::own();
+    let plain = Render::of(&kustomization_with(
+        "monitoring-plain",
+        &["base"],
+        &["components/dev-certs", "components/policy", "components/enforce", "components/images"],
+        "",
+    ));
     let render = Render::of(&kustomization_with(
         "monitoring",
-        &["overlays/dev"],
-        &["components/producer", "components/policy"],
+        &["base"],
+        &[
+            "components/dev-certs",
+            "components/producer",
+            "components/policy",
+            "components/enforce",
+            "components/images",
+        ],
         "",
     ));
     render.apply_but_admission(&cp);
+    // The standalone pruner's Deployment and bindings, beside the producer's install.
+    let pruner_parts = |o: &serde_json::Value| {
+        let name = o["metadata"]["name"].as_str().unwrap_or_default();
+        name.starts_with("edgegate-pruner") && o["kind"] != "PodMonitor"
+    };
+    plain.apply(&cp, pruner_parts);
     add_project(&cp, &render, "hub", &cp).await;
     let both = [Rewrite::ListenAddress, Rewrite::MountPath];
     let webhook = run(&cp, &render, "edgegate-webhook", 0, &both).await;
-    let pruner = run(&cp, &render, "edgegate-pruner", 0, &both).await;
+    let pruner = run(&cp, &plain, "edgegate-pruner", 0, &both).await;
     let producer = run(&cp, &render, "edgegate-producer", 0, &both).await;
     let ca = deploy_dev_certs().join("ca.crt");
     // One review, so the review counter has a series (its labels come from the reviews).
@@ -139,11 +158,13 @@ async fn every_metric_the_alerts_and_dashboard_use_is_exported() {
         .output()
         .expect("curl");
     assert!(String::from_utf8_lossy(&review.stdout).contains("\"allowed\""), "a review is answered");
-    // The spelling gauges are set once the pruner's caches are whole, not at once.
-    eventually(Duration::from_secs(30), "the pruner counts spellings", async || {
-        metrics(&pruner.process).contains("edgegate_prune_noncanonical_addresses{")
-    })
-    .await;
+    // The spelling gauges are set once the caches are whole, not at once.
+    for (what, pod) in [("the pruner", &pruner), ("the producer", &producer)] {
+        eventually(Duration::from_secs(30), &format!("{what} counts spellings"), async || {
+            metrics(&pod.process).contains("edgegate_prune_noncanonical_addresses{")
+        })
+        .await;
+    }
     // The pruner as a Karmada host runs it (overlays/karmada-hub/host): no credentials of its
     // own, the hub's through a kubeconfig of a ServiceAccount token that nothing renews (90
     // days, as docs/deploy.md makes it), mounted from the Secret the docs name; this one plane

@@ -1,0 +1,202 @@
+//! The evidence `edgegate-producer --prune` gives its own pruner, per project and from memory: a
+//! copy in hub namespace N is deleted only on the word of N's project. A project that cannot be
+//! read holds its own copies and nobody else's.
+//!
+//! N belongs to the project its `meta.datumapis.com/upstream-cluster-name` label names (other
+//! controllers set it when they create N), or, unlabelled, to the engaged project with a
+//! namespace whose UID N is named after. The copy may go when, besides its record having named
+//! none of its addresses for the grace (the pruner's own rule):
+//! - that project is engaged and has been whole (every watch listed, none failed since) for at
+//!   least `--withdraw-after` + `--grace`, and so has the hub view: anything that served in the
+//!   grace was seen, written, and held in the record for `--withdraw-after`;
+//! - N's last write did not fail and its answer was not too large to write (the record would
+//!   then lack what serves);
+//! - nothing in that project namespace fails to decode;
+//! - the project's answer now, and what it served while nothing could be written, name none of
+//!   the copy's addresses (a write about to name one again may still be queued).
+//!
+//! Otherwise the copy waits, and N is looked at again every [`RECHECK`]. A copy whose project is
+//! not engaged (nobody watches it) waits for as long as that lasts, counted by reason.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use edgegate::core::plan::Deletion;
+use edgegate::core::project::cluster_label;
+use edgegate::core::record::Record;
+use edgegate::core::unwritten::Unwritten;
+use edgegate::index::Change;
+use edgegate::index::hub::HubView;
+use edgegate::index::project::ProjectIndex;
+use edgegate::runtime::clock;
+use edgegate::runtime::wakeups::Later;
+use edgegate_pruner::gate::Gate;
+use parking_lot::Mutex;
+
+use crate::producer::Projects;
+
+/// How often a namespace whose deletions wait is looked at again.
+pub const RECHECK: Duration = Duration::from_secs(2);
+
+/// A namespace not asked about for this long waits no more (its copies went, or were named).
+const FORGOTTEN: Duration = Duration::from_secs(10);
+
+/// Why a due copy is kept.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Held {
+    /// No engaged project owns its hub namespace: nobody watches what it serves.
+    Unwatched,
+    /// Its project (or the hub) has not been whole for long enough, or the namespace holds an
+    /// object that cannot be decoded.
+    Incomplete,
+    /// Its record's last write failed, or its answer was too large to write.
+    Unwritten,
+    /// The project serves one of its addresses now: the record is about to name it again.
+    Served,
+}
+
+impl Held {
+    pub const ALL: [Held; 4] = [Held::Unwatched, Held::Incomplete, Held::Unwritten, Held::Served];
+
+    pub fn label(self) -> &'static str {
+        match self {
+            Held::Unwatched => "unwatched",
+            Held::Incomplete => "incomplete",
+            Held::Unwritten => "unwritten",
+            Held::Served => "served",
+        }
+    }
+}
+
+struct Waiting {
+    since: Instant,
+    last: Instant,
+    why: Held,
+}
+
+/// The producer's evidence, read by its in-process pruner ([`Gate`]).
+pub struct Evidence {
+    pub view: Arc<HubView>,
+    pub projects: Projects,
+    pub unwritten: Arc<Mutex<Unwritten>>,
+    pub failing: Arc<Mutex<HashSet<String>>>,
+    /// `--withdraw-after` + `--grace`: how long a project must have been whole.
+    pub whole_for: Duration,
+    /// Where the pruner is asked to pass a namespace over again.
+    pub again: Later<Change>,
+    waiting: Mutex<HashMap<String, Waiting>>,
+}
+
+impl Evidence {
+    pub fn new(
+        view: Arc<HubView>,
+        projects: Projects,
+        unwritten: Arc<Mutex<Unwritten>>,
+        failing: Arc<Mutex<HashSet<String>>>,
+        whole_for: Duration,
+        again: Later<Change>,
+    ) -> Self {
+        Evidence { view, projects, unwritten, failing, whole_for, again, waiting: Mutex::default() }
+    }
+
+    /// Why the copy must be kept now, if it must.
+    pub fn judge(&self, deletion: &Deletion, now: Instant) -> Option<Held> {
+        let hub_ns = deletion.namespace.as_str();
+        let Some((index, namespace)) = self.owner(hub_ns) else { return Some(Held::Unwatched) };
+        let whole = |for_: Option<Duration>| for_.is_some_and(|f| f >= self.whole_for);
+        if !self.view.synced() || !whole(index.whole_for(now)) {
+            return Some(Held::Incomplete);
+        }
+        if namespace.as_deref().is_some_and(|ns| index.undecodable_in(ns)) {
+            return Some(Held::Incomplete);
+        }
+        if self.failing.lock().contains(hub_ns) {
+            return Some(Held::Unwritten);
+        }
+        let mut serving = self.unwritten.lock().recent(hub_ns, now);
+        if let Some(namespace) = &namespace {
+            serving.extend(index.reachable(namespace).addresses);
+        }
+        let serving = Record::from_entries(serving.iter().map(String::as_str));
+        if deletion.addresses.iter().any(|a| serving.names(a)) {
+            return Some(Held::Served);
+        }
+        None
+    }
+
+    /// The index of the project that owns `hub_ns`, and its project namespace while it has one
+    /// (`None`: the project, whole, has no such namespace any more, so nothing there serves).
+    fn owner(&self, hub_ns: &str) -> Option<(Arc<ProjectIndex>, Option<String>)> {
+        let uid = hub_ns.strip_prefix("ns-")?;
+        let projects = self.projects.read();
+        let by_uid = || projects.iter().find_map(|(name, index)| Some((name, index, index.namespace_with_uid(uid)?)));
+        match self.view.upstream_cluster(hub_ns) {
+            Some(label) => {
+                let (name, index) = projects.iter().find(|(name, _)| cluster_label(name) == label)?;
+                match by_uid() {
+                    // Another project has that namespace: the label and the projects disagree,
+                    // and neither can be taken at its word.
+                    Some((other, _, _)) if other != name => {
+                        tracing::warn!(
+                            hub_namespace = hub_ns,
+                            label,
+                            project = other,
+                            "the hub namespace's project label names another project than the one with its namespace; its copies are kept"
+                        );
+                        None
+                    }
+                    found => Some((Arc::clone(index), found.map(|(_, _, ns)| ns))),
+                }
+            }
+            None => by_uid().map(|(_, index, ns)| (Arc::clone(index), Some(ns))),
+        }
+    }
+
+    /// Hub namespaces whose deletions wait now, by why.
+    pub fn held(&self) -> HashMap<Held, usize> {
+        let now = clock::now();
+        let mut counts = HashMap::new();
+        for waiting in self.waiting.lock().values().filter(|w| now.saturating_duration_since(w.last) < FORGOTTEN) {
+            *counts.entry(waiting.why).or_default() += 1;
+        }
+        counts
+    }
+}
+
+impl Gate for Evidence {
+    fn allows(&self, deletion: &Deletion, _due: Instant, now: Instant) -> bool {
+        let mut waiting = self.waiting.lock();
+        match self.judge(deletion, now) {
+            None => {
+                waiting.remove(&deletion.namespace);
+                true
+            }
+            Some(why) => {
+                let before = waiting.get(&deletion.namespace).map(|w| (w.since, w.why));
+                if why == Held::Unwatched && before.is_none_or(|(_, was)| was != why) {
+                    tracing::warn!(hub_namespace = %deletion.namespace, "no engaged project owns this hub namespace; its copies are kept");
+                }
+                let since = before.map_or(now, |(since, _)| since);
+                waiting.insert(deletion.namespace.clone(), Waiting { since, last: now, why });
+                false
+            }
+        }
+    }
+
+    fn wait(&self, namespace: &str) -> bool {
+        let now = clock::now();
+        self.again.at(Change::Namespace(namespace.to_owned()), now + RECHECK);
+        let mut waiting = self.waiting.lock();
+        let first = waiting.get(namespace).is_none_or(|w| now.saturating_duration_since(w.last) >= FORGOTTEN);
+        waiting.retain(|_, w| now.saturating_duration_since(w.last) < FORGOTTEN);
+        first
+    }
+
+    fn held_for(&self) -> Duration {
+        let now = clock::now();
+        let waiting = self.waiting.lock();
+        let live = waiting.values().filter(|w| now.saturating_duration_since(w.last) < FORGOTTEN);
+        live.map(|w| now.saturating_duration_since(w.since)).max().unwrap_or_default()
+    }
+}

@@ -1,0 +1,25 @@
+//! What a due deletion needs besides its record's silence for the grace: evidence that the
+//! silence is a withdrawal. A record says what its writer knew; a writer that cannot see its
+//! project (down, restarting, cut off, a write that failed) leaves a record that is silent about
+//! an address served again, and that silence withdraws nothing.
+//!
+//! The producer, pruning in-process (`edgegate-producer --prune`), is the gate: it answers for
+//! each copy from its own memory of that copy's project. `edgegate-pruner` has none: it runs
+//! where another writer keeps the records, and takes their silence as it stands.
+
+use std::time::{Duration, Instant};
+
+use edgegate::core::plan::Deletion;
+
+/// Evidence that a due deletion's record is a withdrawal, asked right before each DELETE.
+pub trait Gate: Send + Sync {
+    /// May `deletion`, due (unnamed for the whole grace) since `due`, be carried out at `now`?
+    fn allows(&self, deletion: &Deletion, due: Instant, now: Instant) -> bool;
+
+    /// It may not: the gate passes `namespace` over again when it might (until then the copy
+    /// stays). True when the namespace was not waiting already.
+    fn wait(&self, namespace: &str) -> bool;
+
+    /// How long deletions have waited for evidence; zero when none waits.
+    fn held_for(&self) -> Duration;
+}
