@@ -8,6 +8,7 @@ use clap::Parser;
 use edgegate::runtime::flags::{HubArgs, LeaseArgs, LogFormat, parse_duration, parse_period};
 
 #[derive(Debug, Parser)]
+#[command(group(clap::ArgGroup::new("projects").required(true).args(["project_kubeconfig", "projects_dir", "milo_kubeconfig"])))]
 #[command(
     name = "edgegate-producer",
     version = edgegate::VERSION,
@@ -22,12 +23,7 @@ pub struct Args {
     pub hub: HubArgs,
 
     /// One project control plane's kubeconfig.
-    #[arg(
-        long,
-        env = "EDGEGATE_PROJECT_KUBECONFIG",
-        required_unless_present = "projects_dir",
-        conflicts_with = "projects_dir"
-    )]
+    #[arg(long, env = "EDGEGATE_PROJECT_KUBECONFIG")]
     pub project_kubeconfig: Option<PathBuf>,
 
     /// With --project-kubeconfig: the project's name (default: the file's stem).
@@ -39,6 +35,14 @@ pub struct Args {
     /// stay as they are).
     #[arg(long, env = "EDGEGATE_PROJECTS_DIR")]
     pub projects_dir: Option<PathBuf>,
+
+    /// Datum's Milo: every `Project` at its root (resourcemanager.miloapis.com/v1alpha1) is
+    /// discovered and, while Ready and neither suspended nor being deleted, engaged, its control
+    /// plane reached on the same host and credentials under
+    /// /apis/resourcemanager.miloapis.com/v1alpha1/projects/<name>/control-plane. A project left
+    /// keeps its records and its copies.
+    #[arg(long, env = "EDGEGATE_MILO_KUBECONFIG")]
+    pub milo_kubeconfig: Option<PathBuf>,
 
     /// Re-derive every namespace this often, repairing records edited or deleted by hand.
     #[arg(long, env = "EDGEGATE_RESYNC", value_parser = parse_period, default_value = "60s")]

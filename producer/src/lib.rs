@@ -3,6 +3,7 @@
 #![forbid(unsafe_code)]
 
 pub mod args;
+pub mod discovery;
 pub mod evidence;
 pub mod metrics;
 pub mod producer;

@@ -2,6 +2,8 @@
 //! the Lease, the admin listener, signals.
 
 use std::collections::{BTreeMap, HashMap};
+
+use anyhow::Context;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -45,17 +47,28 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let shutdown = &controller.shutdown;
     start_hub_watches(&hub, &view, &triggers_tx, shutdown);
     let engaged = Engaged::new(projects, triggers_tx, shutdown);
-    match (&args.project_kubeconfig, &args.projects_dir) {
-        (Some(file), _) => {
+    match (&args.project_kubeconfig, &args.projects_dir, &args.milo_kubeconfig) {
+        (Some(file), _, _) => {
             let name = args.project_name.clone().unwrap_or_else(|| stem(file));
             engaged.engage(&name, edgegate::runtime::client::kube_client(Some(file), None).await?);
         }
-        (None, Some(dir)) => {
+        (None, Some(dir), _) => {
             let engaged = engaged.clone();
             let dir = dir.clone();
             essential("projects directory watch", shutdown, async move { follow_projects_dir(&dir, &engaged).await });
         }
-        (None, None) => anyhow::bail!("give --project-kubeconfig or --projects-dir"),
+        (None, None, Some(milo)) => {
+            let clients = edgegate::runtime::client::PathClients::new(Some(milo), None)
+                .await
+                .with_context(|| format!("Milo's kubeconfig {}", milo.display()))?;
+            let engaged = engaged.clone();
+            essential("Milo project watch", shutdown, async move {
+                if let Err(error) = crate::discovery::follow_milo(clients, engaged).await {
+                    tracing::error!(error = format!("{error:#}"), "following Milo's projects");
+                }
+            });
+        }
+        (None, None, None) => anyhow::bail!("give --project-kubeconfig, --projects-dir or --milo-kubeconfig"),
     }
     let metrics = Arc::new(Metrics::new().with_hub_token(&args.hub));
     let recorder = controller.recorder("edgegate-producer");
@@ -230,29 +243,36 @@ impl Engaged {
         tracing::info!(project = name, "project disengaged; its records are left as they are");
     }
 
-    fn names(&self) -> Vec<String> {
+    /// The engaged projects' names.
+    pub fn names(&self) -> Vec<String> {
         self.projects.read().keys().cloned().collect()
+    }
+
+    pub fn is_engaged(&self, name: &str) -> bool {
+        self.projects.read().contains_key(name)
     }
 }
 
 /// Engage a project per kubeconfig in `dir`, and follow the directory: files added, changed or
-/// removed engage, re-engage or disengage their project.
+/// removed engage, re-engage or disengage their project. A file is compared by its content: a
+/// kubelet rewrites every file of a Secret volume when any key changes (a project added), and a
+/// project whose kubeconfig did not change is not engaged again (its five watches listed anew).
 async fn follow_projects_dir(dir: &Path, engaged: &Engaged) {
     let mut changes = edgegate::index::fs_watch::DirChanges::new();
     let mut watching = false;
-    let mut seen: BTreeMap<String, (PathBuf, Option<edgegate::index::fs_watch::FileStamp>)> = BTreeMap::new();
+    let mut seen: BTreeMap<String, Vec<u8>> = BTreeMap::new();
     loop {
         watching = watching || changes.watch(dir);
         let files = project_files(dir);
         for (name, path) in &files {
-            let stamp = edgegate::index::fs_watch::FileStamp::of(path);
-            if seen.get(name).is_some_and(|(_, s)| *s == stamp) {
+            let Ok(content) = std::fs::read(path) else { continue };
+            if seen.get(name).is_some_and(|s| *s == content) {
                 continue;
             }
             match edgegate::runtime::client::kube_client(Some(path), None).await {
                 Ok(client) => {
                     engaged.engage(name, client);
-                    seen.insert(name.clone(), (path.clone(), stamp));
+                    seen.insert(name.clone(), content);
                 }
                 Err(error) => {
                     tracing::warn!(project = %name, path = %path.display(), error = format!("{error:#}"), "project kubeconfig unusable; not engaged")

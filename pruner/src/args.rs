@@ -32,7 +32,7 @@ pub struct Args {
     #[arg(long, env = "EDGEGATE_RECORD_NAME", default_value = edgegate::index::store::DEFAULT_RECORD_NAME)]
     pub record_name: String,
 
-    /// Removed in 0.3.0 (the producer prunes itself, `edgegate-producer --prune`): refused with
+    /// Removed (the producer prunes itself, `edgegate-producer --prune`): refused with
     /// an error, so a pruner left from an older install deletes nothing on records it no longer
     /// has the producer's word for.
     #[arg(long, env = "EDGEGATE_PRODUCER_LEASE", hide = true)]

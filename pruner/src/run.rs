@@ -28,7 +28,7 @@ use crate::pruner::{Grace, Pacer, Pruner, named_again};
 pub async fn run(args: Args) -> anyhow::Result<()> {
     anyhow::ensure!(
         args.producer_lease.is_none(),
-        "--producer-lease (EDGEGATE_PRODUCER_LEASE) was removed in 0.3.0: the producer prunes itself \
+        "--producer-lease (EDGEGATE_PRODUCER_LEASE) was removed: the producer prunes itself \
          (edgegate-producer --prune, set by deploy/components/producer), each copy on its own project's \
          evidence; delete this Deployment (docs/upgrading.md)"
     );

@@ -39,6 +39,7 @@ pub mod decision;
 #[doc(hidden)]
 pub mod fixtures;
 pub mod hold;
+pub mod milo;
 pub mod plan;
 pub mod policy;
 pub mod project;

@@ -15,16 +15,7 @@ pub async fn hub_client(hub: &HubArgs) -> anyhow::Result<kube::Client> {
 
 /// A client from `kubeconfig` (and `context`) if given, else in-cluster, else ~/.kube/config.
 pub async fn kube_client(kubeconfig: Option<&Path>, context: Option<&str>) -> anyhow::Result<kube::Client> {
-    let config = match kubeconfig {
-        Some(path) => {
-            let kubeconfig =
-                kube::config::Kubeconfig::read_from(path).with_context(|| format!("reading {}", path.display()))?;
-            let options = kube::config::KubeConfigOptions { context: context.map(str::to_owned), ..Default::default() };
-            kube::Config::from_custom_kubeconfig(kubeconfig, &options).await?
-        }
-        None => kube::Config::infer().await?,
-    };
-    Ok(kube::Client::try_from(with_timeouts(config))?)
+    Ok(kube::Client::try_from(with_timeouts(config(kubeconfig, context).await?))?)
 }
 
 /// When the bearer token of the hub's `--kubeconfig` expires (its JWT `exp`, seconds since the
@@ -62,6 +53,70 @@ pub fn jwt_expiry(token: &str) -> Option<i64> {
 /// connection gives way to a new one soon after the link heals.
 pub const API_READ_TIMEOUT: Duration = Duration::from_secs(15);
 const API_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Clients for many control planes served by one API server under path prefixes (Milo's projects,
+/// each at [`crate::core::milo::control_plane_path`]), on one host with one set of credentials:
+/// one TLS configuration and one connection pool for all of them, where a `Client` per project
+/// would build a pool and a TLS configuration each. Each project's client only adds its base path
+/// and the credentials (a token file is read by each client's own refresher).
+#[derive(Clone)]
+pub struct PathClients {
+    root: kube::Config,
+    pool: PooledHttp,
+}
+
+type PooledHttp = hyper_util::client::legacy::Client<
+    hyper_timeout::TimeoutConnector<hyper_rustls::HttpsConnector<hyper_util::client::legacy::connect::HttpConnector>>,
+    kube::client::Body,
+>;
+
+impl PathClients {
+    /// From the root's kubeconfig (and context), or in-cluster.
+    pub async fn new(kubeconfig: Option<&Path>, context: Option<&str>) -> anyhow::Result<Self> {
+        use kube::client::ConfigExt;
+        let root = with_timeouts(config(kubeconfig, context).await?);
+        anyhow::ensure!(root.proxy_url.is_none(), "a proxy in the kubeconfig is not supported for project clients");
+        let mut http = hyper_util::client::legacy::connect::HttpConnector::new();
+        http.enforce_http(false);
+        let mut connector = hyper_timeout::TimeoutConnector::new(root.rustls_https_connector_with_connector(http)?);
+        connector.set_connect_timeout(root.connect_timeout);
+        connector.set_read_timeout(root.read_timeout);
+        connector.set_write_timeout(root.write_timeout);
+        connector.set_reset_reader_on_write(root.reset_reader_on_write);
+        let pool = hyper_util::client::legacy::Builder::new(hyper_util::rt::TokioExecutor::new()).build(connector);
+        Ok(PathClients { root, pool })
+    }
+
+    /// A client for the control plane served under `path` (e.g. `/apis/…/projects/acme/control-plane`).
+    pub fn at(&self, path: &str) -> anyhow::Result<kube::Client> {
+        use kube::client::ConfigExt;
+        use tower::ServiceBuilder;
+        let mut config = self.root.clone();
+        let base = self.root.cluster_url.to_string();
+        config.cluster_url = format!("{}{path}", base.trim_end_matches('/'))
+            .parse()
+            .with_context(|| format!("{path} is no path under {base}"))?;
+        let service = ServiceBuilder::new()
+            .layer(config.base_uri_layer())
+            .option_layer(config.auth_layer()?)
+            .layer(config.extra_headers_layer()?)
+            .map_err(tower::BoxError::from)
+            .service(self.pool.clone());
+        Ok(kube::client::ClientBuilder::new(service, config.default_namespace).build())
+    }
+}
+
+async fn config(kubeconfig: Option<&Path>, context: Option<&str>) -> anyhow::Result<kube::Config> {
+    Ok(match kubeconfig {
+        Some(path) => {
+            let kubeconfig =
+                kube::config::Kubeconfig::read_from(path).with_context(|| format!("reading {}", path.display()))?;
+            let options = kube::config::KubeConfigOptions { context: context.map(str::to_owned), ..Default::default() };
+            kube::Config::from_custom_kubeconfig(kubeconfig, &options).await?
+        }
+        None => kube::Config::infer().await?,
+    })
+}
 
 fn with_timeouts(mut config: kube::Config) -> kube::Config {
     config.read_timeout = Some(API_READ_TIMEOUT);

@@ -354,6 +354,31 @@ async fn projects_dir_engages_and_disengages_projects() {
     eprintln!("producer: kubeconfig file added → record written after {took:?}");
     assert!(metrics(producer).contains("edgegate_producer_projects{state=\"synced\"} 1"));
 
+    // A second project added: the kubelet projects the whole Secret anew (every file a new one);
+    // acme's kubeconfig is the same, so acme is not engaged again (its five watches not listed
+    // anew). Failed while files were compared by their modification time: acme was engaged twice.
+    shipped::add_project(hub_cp, &render, "other", &project_cp).await;
+    eventually(Duration::from_secs(30), "the second project engaged", async || {
+        metrics(producer).contains("edgegate_producer_projects{state=\"synced\"} 2")
+    })
+    .await;
+    let engaged = |name: &str| {
+        let log = pod.log();
+        log.lines().filter(|l| l.contains("project engaged") && l.contains(&format!("\"project\":\"{name}\""))).count()
+    };
+    assert_eq!(
+        engaged("acme"),
+        1,
+        "acme engaged again when another project was added (log: {})",
+        producer.log.display()
+    );
+    assert_eq!(engaged("other"), 1);
+    shipped::remove_project(hub_cp, "other").await;
+    eventually(Duration::from_secs(30), "the second project disengaged", async || {
+        metrics(producer).contains("edgegate_producer_projects{state=\"synced\"} 1")
+    })
+    .await;
+
     shipped::remove_project(hub_cp, "acme").await;
     eventually(Duration::from_secs(30), "project disengaged", async || {
         metrics(producer).contains("edgegate_producer_projects{state=\"synced\"} 0")
