@@ -334,13 +334,12 @@ impl ControlPlane {
         ca.extend(ec);
         ca.extend(["-days", "2", "-subj", "/CN=edgegate-test-ca", "-keyout", "ca.key", "-out", "ca.crt"]);
         openssl(dir, &ca);
+        // Every network namespace's host address too: a Pod in one reaches the API server through a
+        // relay there (crate::netns::relayed_kubeconfig).
+        let links: String = crate::netns::host_addresses().iter().map(|a| format!(",IP:{a}")).collect();
+        let apiserver_ext = format!("subjectAltName=IP:127.0.0.1{links},DNS:localhost\nextendedKeyUsage=serverAuth\n");
         for (name, subject, ext) in [
-            (
-                "apiserver",
-                "/CN=kube-apiserver",
-                // NETNS_HOST_ADDRESS too: the pruner cut off in a network namespace reaches it there.
-                "subjectAltName=IP:127.0.0.1,IP:198.18.77.1,DNS:localhost\nextendedKeyUsage=serverAuth\n",
-            ),
+            ("apiserver", "/CN=kube-apiserver", apiserver_ext.as_str()),
             ("admin", "/O=system:masters/CN=admin", "extendedKeyUsage=clientAuth\n"),
         ] {
             let mut req = vec!["req"];

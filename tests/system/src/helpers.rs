@@ -200,12 +200,21 @@ impl Process {
     }
 }
 
-impl Drop for Process {
-    fn drop(&mut self) {
-        // SIGTERM to the watchdog, which stops the binary and waits for it; SIGKILL would leave
-        // the binary running behind it.
+impl Process {
+    /// Stop it and wait until it is gone: SIGTERM to the watchdog, which stops the binary (KILL
+    /// after 3 s) and waits for it; SIGKILL would leave the binary running behind it. Once only.
+    pub fn stop(&mut self) {
+        if matches!(self.child.try_wait(), Ok(Some(_))) {
+            return;
+        }
         let _ = std::process::Command::new("kill").arg("-TERM").arg(self.child.id().to_string()).status();
         let _ = self.child.wait();
+    }
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        self.stop();
     }
 }
 

@@ -7,7 +7,6 @@ pub mod control_plane;
 pub mod helpers;
 pub mod netns;
 pub mod pod;
-pub mod replica;
 pub mod secret_volume;
 pub mod shipped;
 pub mod soak;

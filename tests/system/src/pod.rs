@@ -11,10 +11,24 @@
 //!   `KUBECONFIG` naming the test API server and the Pod's own token: the binaries read it the way
 //!   kube's `Config::infer` does in a Pod, through the same client code;
 //! - listen addresses (`0.0.0.0:<containerPort>`) are `127.0.0.1:<a free port>`, as tests share
-//!   one network;
+//!   one network (but a Pod in a network namespace of its own, below);
 //! - a Secret volume's `mountPath` is a directory of the test's, where the Secret is projected as
 //!   a kubelet projects it (`..data` swapped atomically, [`SecretVolume`]) and kept in step with
 //!   the Secret (read every second, as the kubelet's sync does, only sooner).
+//!
+//! In a network namespace of its own ([`run_in`], root) nothing of its network is rewritten: it
+//! listens as rendered, at the namespace's address, and the runner plays more of the kubelet's
+//! part (`kubelet_status`): the Pod bound to a Ready Node, reported Running at that address and
+//! Ready as its readinessProbe answers, and not ready as soon as its process has exited (a
+//! kubelet sees a dead container within about a second, long before a probe's failureThreshold
+//! would). kube-controller-manager's EndpointSlice controller then publishes it behind the
+//! render's Service.
+//!
+//! A kubelet projects a changed Secret at its next sync of the volume, up to a minute or more
+//! after the change (its sync period and its cache of the Secret), and each kubelet on its own
+//! schedule: replicas on different nodes take a renewed certificate at different times.
+//! [`run_in_with`] models that with a fixed delay per Pod (the runner's one-second read, then the
+//! delay), so a test can deliver a renewal to its replicas in a known order.
 //!
 //! Timings shorter than the shipped defaults come from a kustomize patch the test writes where a
 //! reader sees it ([`kustomization_with`]), never from here.
@@ -26,11 +40,13 @@
 //! for a day rather than renewed; a process killed is not restarted in its Pod: a test starts a
 //! new Pod (a new name), as a ReplicaSet replaces a deleted one, so the in-place restart of a
 //! crashed container (same Pod name, its own Lease taken back at once) is not exercised. A Pod
-//! object is deleted when its process is dropped.
+//! object is deleted when its process is dropped (marked terminating, the process stopped, then
+//! deleted for good, as a kubelet confirms a deletion).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::time::Duration;
 
 use k8s_openapi::api::authentication::v1::{BoundObjectReference, TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::core::v1::{Pod, Secret, ServiceAccount};
@@ -40,7 +56,7 @@ use serde_json::{Value, json};
 
 use crate::control_plane::{ControlPlane, spawn_guarded};
 use crate::helpers::{Process, binary, free_port};
-use crate::netns::{NETNS_ADDRESS, NetNs, relayed_kubeconfig};
+use crate::netns::{NetNs, relayed_kubeconfig};
 use crate::secret_volume::SecretVolume;
 
 /// The kinds of rewrite a test allows the runner ([`run`] fails on any other).
@@ -138,6 +154,8 @@ pub struct RunningPod {
     volume_sync: Vec<tokio::task::AbortHandle>,
     /// To delete its Pod object when it stops.
     admin_kubeconfig: PathBuf,
+    /// The network namespace it runs in, if any (where its ports are reached).
+    netns: Option<String>,
 }
 
 impl Drop for RunningPod {
@@ -146,12 +164,22 @@ impl Drop for RunningPod {
             task.abort();
         }
         // Its Pod object goes too, as when a ReplicaSet's Pod is deleted: no endpoint stays
-        // behind, and its bound token stops being valid.
-        let _ = Command::new("kubectl")
-            .arg("--kubeconfig")
-            .arg(&self.admin_kubeconfig)
-            .args(["delete", "pod", "-n", &self.namespace, &self.name, "--wait=false", "--ignore-not-found"])
-            .output();
+        // behind, and its bound token stops being valid. Deleted, a Pod bound to a Node (one in
+        // a network namespace) is only marked terminating until its kubelet has stopped the
+        // container and deletes it for good: the runner does the same.
+        let delete = |last: &[&str]| {
+            let _ = Command::new("kubectl")
+                .arg("--kubeconfig")
+                .arg(&self.admin_kubeconfig)
+                .args(["delete", "pod", "-n", &self.namespace, &self.name, "--wait=false", "--ignore-not-found"])
+                .args(last)
+                .output();
+        };
+        delete(&[]);
+        self.process.stop();
+        if self.netns.is_some() {
+            delete(&["--grace-period=0", "--force"]);
+        }
     }
 }
 
@@ -163,6 +191,27 @@ impl RunningPod {
 
     pub fn log(&self) -> String {
         self.process.log()
+    }
+
+    /// The body of `path` on its admin port (`process.port`), asked from inside its network
+    /// namespace when it runs in one.
+    pub fn get(&self, path: &str) -> String {
+        let url = format!("http://127.0.0.1:{}{path}", self.process.port);
+        let mut curl = match &self.netns {
+            Some(netns) => {
+                let mut c = Command::new("ip");
+                c.args(["netns", "exec", netns, "curl"]);
+                c
+            }
+            None => Command::new("curl"),
+        };
+        let out = curl.args(["-s", "--max-time", "2", &url]).output().expect("curl");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// Its process's id (the watchdog's child: `ip netns exec` and `env` exec it in turn).
+    pub fn pid(&self) -> u32 {
+        crate::helpers::pid_of(&self.process)
     }
 }
 
@@ -176,7 +225,7 @@ pub async fn run(
     replica: usize,
     allowed: &[Rewrite],
 ) -> RunningPod {
-    run_placed(cp, render, deployment, replica, allowed, None).await
+    run_placed(cp, render, deployment, replica, allowed, None, Duration::ZERO).await
 }
 
 /// [`run`] inside network namespace `netns`, the Pod's own network: its listen addresses stay as
@@ -190,7 +239,22 @@ pub async fn run_in(
     allowed: &[Rewrite],
     netns: &NetNs,
 ) -> RunningPod {
-    run_placed(cp, render, deployment, replica, allowed, Some(netns)).await
+    run_placed(cp, render, deployment, replica, allowed, Some(netns), Duration::ZERO).await
+}
+
+/// [`run_in`], the Pod's kubelet projecting a changed Secret into its volumes `volume_delay` after
+/// the runner sees the change (it reads each Secret every second): a kubelet's sync of the volume,
+/// which comes up to a minute or more after a change and at a different time on each node.
+pub async fn run_in_with(
+    cp: &ControlPlane,
+    render: &Render,
+    deployment: &str,
+    replica: usize,
+    allowed: &[Rewrite],
+    netns: &NetNs,
+    volume_delay: Duration,
+) -> RunningPod {
+    run_placed(cp, render, deployment, replica, allowed, Some(netns), volume_delay).await
 }
 
 async fn run_placed(
@@ -200,6 +264,7 @@ async fn run_placed(
     replica: usize,
     allowed: &[Rewrite],
     netns: Option<&NetNs>,
+    volume_delay: Duration,
 ) -> RunningPod {
     let object = render.get("Deployment", deployment);
     let namespace = object["metadata"]["namespace"].as_str().expect("Deployment namespace").to_owned();
@@ -247,12 +312,12 @@ async fn run_placed(
 
     let mut kubeconfig =
         if automount { Some(pod_token(cp, client, &namespace, &account, &name, uid).await) } else { None };
-    if let (Some(_), Some(direct)) = (netns, &kubeconfig) {
-        kubeconfig = Some(relayed_kubeconfig(cp, direct, &format!("pod-{name}-relayed.kubeconfig")).await);
+    if let (Some(netns), Some(direct)) = (netns, &kubeconfig) {
+        kubeconfig = Some(relayed_kubeconfig(cp, netns, direct, &format!("pod-{name}-relayed.kubeconfig")).await);
     }
 
     let mut rewrites = Vec::new();
-    let (mounts, volume_sync) = secret_volumes(cp, &name, &namespace, spec, container, allowed).await;
+    let (mounts, volume_sync) = secret_volumes(cp, &name, &namespace, spec, container, allowed, volume_delay).await;
     let mounted = |value: &str, rewrites: &mut Vec<String>| -> String {
         let mut value = value.to_owned();
         for (path, dir) in &mounts {
@@ -341,8 +406,9 @@ async fn run_placed(
                 ["netns", "exec", &netns.name, "env"].into_iter().map(str::to_owned).chain(full).collect();
             let child = spawn_guarded(Path::new("ip"), &inside, &log);
             // The kubelet's part: the Pod running at the namespace's address, Ready as its
-            // readiness probe says.
-            volume_sync.push(kubelet_status(cp, &namespace, &name, &netns.name, container).await);
+            // readiness probe says, not ready once its process is gone.
+            let pid = container_pid(child.id()).await;
+            volume_sync.push(kubelet_status(cp, &namespace, &name, netns, container, pid).await);
             child
         }
     };
@@ -356,7 +422,29 @@ async fn run_placed(
         rewrites,
         volume_sync,
         admin_kubeconfig: cp.kubeconfig.clone(),
+        netns: netns.map(|n| n.name.clone()),
     }
+}
+
+/// The process the watchdog `shell` started (its first child), once it exists.
+async fn container_pid(shell: u32) -> u32 {
+    let started = std::time::Instant::now();
+    loop {
+        let children = std::fs::read_to_string(format!("/proc/{shell}/task/{shell}/children")).unwrap_or_default();
+        if let Some(pid) = children.split_whitespace().next().and_then(|p| p.parse().ok()) {
+            return pid;
+        }
+        assert!(started.elapsed() < Duration::from_secs(10), "watchdog {shell} started no process");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Whether process `pid` has exited: gone, or a zombie not reaped yet.
+fn exited(pid: u32) -> bool {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // `pid (comm) state ...`: the state follows the last parenthesis (comm may hold one).
+    let state = stat.rsplit_once(')').and_then(|(_, rest)| rest.trim_start().chars().next());
+    matches!(state, None | Some('Z' | 'X'))
 }
 
 /// The test's Node (created once, Ready): where Pods run in a network namespace are bound.
@@ -372,16 +460,19 @@ async fn node(cp: &ControlPlane) -> &'static str {
     NODE
 }
 
-/// What a kubelet reports of Pod `pod` running in network namespace `netns`: Running at
-/// [`NETNS_ADDRESS`], and Ready as its container's readinessProbe (an `httpGet` on a port,
+/// What a kubelet reports of Pod `pod` running in network namespace `netns`: Running at the
+/// namespace's address, and Ready as its container's readinessProbe (an `httpGet` on a port,
 /// probed from inside the namespace) says, with the probe's own `periodSeconds` (10),
-/// `timeoutSeconds` (1) and `failureThreshold` (3), as a kubelet applies them. The task doing it.
+/// `timeoutSeconds` (1) and `failureThreshold` (3), as a kubelet applies them; and not ready
+/// within about a second of its process `pid` exiting (checked every 500 ms), as a kubelet's
+/// sight of a dead container. The task doing it.
 async fn kubelet_status(
     cp: &ControlPlane,
     namespace: &str,
     pod: &str,
-    netns: &str,
+    netns: &NetNs,
     container: &Value,
+    pid: u32,
 ) -> tokio::task::AbortHandle {
     let readiness = &container["readinessProbe"];
     let probe = &readiness["httpGet"];
@@ -401,39 +492,50 @@ async fn kubelet_status(
         (setting("periodSeconds", 10), setting("timeoutSeconds", 1), setting("failureThreshold", 3));
     let url = format!("http://127.0.0.1:{port}{}", probe["path"].as_str().unwrap_or("/"));
     let pods: Api<Pod> = Api::namespaced(cp.client().await, namespace);
-    let (pod, netns) = (pod.to_owned(), netns.to_owned());
+    let (pod, address, netns) = (pod.to_owned(), netns.address.clone(), netns.name.clone());
     let task = tokio::spawn(async move {
         let (mut reported, mut ready, mut failed) = (None, false, 0);
+        let mut next_probe = tokio::time::Instant::now();
         loop {
-            let (netns, url) = (netns.clone(), url.clone());
-            let answered = tokio::task::spawn_blocking(move || {
-                std::process::Command::new("ip")
-                    .args(["netns", "exec", &netns, "curl", "-s", "-o", "/dev/null", "-w", "%{http_code}"])
-                    .args(["--max-time", &timeout.to_string(), &url])
-                    .output()
-                    .is_ok_and(|o| o.stdout == b"200")
-            })
-            .await
-            .unwrap_or(false);
-            // Ready at the first success; not ready after `failureThreshold` failures in a row.
-            failed = if answered { 0 } else { failed + 1 };
-            if answered {
-                ready = true;
-            } else if failed >= failures {
+            let gone = exited(pid);
+            if gone {
                 ready = false;
+            } else if tokio::time::Instant::now() >= next_probe {
+                next_probe += Duration::from_secs(period);
+                let (netns, url) = (netns.clone(), url.clone());
+                let answered = tokio::task::spawn_blocking(move || {
+                    std::process::Command::new("ip")
+                        .args(["netns", "exec", &netns, "curl", "-s", "-o", "/dev/null", "-w", "%{http_code}"])
+                        .args(["--max-time", &timeout.to_string(), &url])
+                        .output()
+                        .is_ok_and(|o| o.stdout == b"200")
+                })
+                .await
+                .unwrap_or(false);
+                // Ready at the first success; not ready after `failureThreshold` failures in a row.
+                failed = if answered { 0 } else { failed + 1 };
+                if answered {
+                    ready = true;
+                } else if failed >= failures {
+                    ready = false;
+                }
             }
             if reported != Some(ready) {
                 let status = if ready { "True" } else { "False" };
                 let body = json!({"status": {
                     "phase": "Running",
-                    "podIP": NETNS_ADDRESS, "podIPs": [{"ip": NETNS_ADDRESS}],
+                    "podIP": address, "podIPs": [{"ip": address}],
                     "conditions": [{"type": "Ready", "status": status}, {"type": "ContainersReady", "status": status}],
                 }});
                 if pods.patch_status(&pod, &PatchParams::default(), &Patch::Merge(&body)).await.is_ok() {
                     reported = Some(ready);
                 }
             }
-            tokio::time::sleep(std::time::Duration::from_secs(period)).await;
+            if gone && reported == Some(false) {
+                // Not restarted in its Pod (the runner's limit): nothing more to report.
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
         }
     });
     task.abort_handle()
@@ -477,7 +579,8 @@ async fn pod_token(
 
 /// The container's volume mounts, each a Secret volume projected into a directory of the test's
 /// and kept in step with its Secret: `(mountPath, directory)`, and the tasks that keep them.
-/// Like a kubelet, waits (60 s at most) for a Secret that does not exist yet.
+/// Like a kubelet, waits (60 s at most) for a Secret that does not exist yet. A change is
+/// projected `delay` after it is seen, as it then stands ([`run_in_with`]).
 async fn secret_volumes(
     cp: &ControlPlane,
     pod: &str,
@@ -485,6 +588,7 @@ async fn secret_volumes(
     spec: &Value,
     container: &Value,
     allowed: &[Rewrite],
+    delay: Duration,
 ) -> (Vec<(String, PathBuf)>, Vec<tokio::task::AbortHandle>) {
     let secrets: Api<Secret> = Api::namespaced(cp.client().await, namespace);
     let (mut mounts, mut tasks) = (Vec::new(), Vec::new());
@@ -518,10 +622,10 @@ async fn secret_volumes(
         while current.is_none() {
             current = secrets.get_opt(&secret_name).await.expect("read the volume's Secret");
             assert!(
-                current.is_some() || waited.elapsed() < std::time::Duration::from_secs(60),
+                current.is_some() || waited.elapsed() < Duration::from_secs(60),
                 "{pod}: Secret {namespace}/{secret_name} of volume {volume_name} never appeared"
             );
-            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+            tokio::time::sleep(Duration::from_millis(200)).await;
         }
         let mut current = current.expect("Secret");
         projected.project(&current);
@@ -529,10 +633,16 @@ async fn secret_volumes(
         let secrets = secrets.clone();
         let task = tokio::spawn(async move {
             loop {
-                tokio::time::sleep(std::time::Duration::from_secs(1)).await;
-                if let Ok(Some(now)) = secrets.get_opt(&secret_name).await
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                if let Ok(Some(mut now)) = secrets.get_opt(&secret_name).await
                     && now.data != current.data
                 {
+                    if !delay.is_zero() {
+                        tokio::time::sleep(delay).await;
+                        if let Ok(Some(then)) = secrets.get_opt(&secret_name).await {
+                            now = then;
+                        }
+                    }
                     projected.project(&now);
                     current = now;
                 }

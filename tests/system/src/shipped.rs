@@ -2,8 +2,10 @@
 //! runner ([`crate::pod`]): a kustomization of deploy/ with a test's shorter timings as a patch,
 //! applied as the docs say; project control planes handed to the producer the way
 //! docs/producer.md says (a ServiceAccount there bound to `edgegate-producer-project`, its
-//! kubeconfig a key of the hub's Secret `edgegate-producer-projects`); and the webhook registered
-//! by URL where the API server cannot reach a Pod through its Service.
+//! kubeconfig a key of the hub's Secret `edgegate-producer-projects`); the webhook registered
+//! by URL where the API server cannot reach a Pod through its Service ([`webhook`]), and its
+//! replicas in network namespaces of their own, published behind its Service by
+//! kube-controller-manager's EndpointSlice controller where it can ([`webhook_in`]).
 
 use k8s_openapi::api::core::v1::{Secret, ServiceAccount};
 use kube::Api;
@@ -12,7 +14,8 @@ use serde_json::{Value, json};
 
 use crate::control_plane::ControlPlane;
 use crate::helpers::base64;
-use crate::pod::{Render, kustomization_with};
+use crate::netns::NetNs;
+use crate::pod::{Render, Rewrite, RunningPod, kustomization_with, run_in_with};
 
 /// The namespace deploy/ installs into.
 pub const NAMESPACE: &str = "edgegate-system";
@@ -209,12 +212,66 @@ pub struct Webhook {
 impl Webhook {
     /// How many reviews it has answered: the sum of `edgegate_admission_reviews_total`.
     pub fn reviews(&self) -> u64 {
-        crate::helpers::metrics(&self.pod.process)
-            .lines()
-            .filter(|l| l.starts_with("edgegate_admission_reviews_total{"))
-            .filter_map(|l| l.rsplit(' ').next().and_then(|v| v.parse::<u64>().ok()))
-            .sum()
+        reviews(&self.pod)
     }
+}
+
+/// How many reviews webhook Pod `pod` has answered: the sum of its
+/// `edgegate_admission_reviews_total`.
+pub fn reviews(pod: &RunningPod) -> u64 {
+    pod.get("/metrics")
+        .lines()
+        .filter(|l| l.starts_with("edgegate_admission_reviews_total{"))
+        .filter_map(|l| l.rsplit(' ').next().and_then(|v| v.parse::<u64>().ok()))
+        .sum()
+}
+
+/// How many times webhook Pod `pod` has taken up a changed certificate from its volume.
+pub fn reloads(pod: &RunningPod) -> u64 {
+    crate::helpers::counter(&pod.get("/metrics"), "edgegate_tls_reloads_total{result=\"success\"}")
+}
+
+/// Replica `replica` of deploy/'s webhook as `render` (applied to `cp`: its Service, Secret and
+/// RBAC) has it, run as its Pod in network namespace `netns` ([`run_in_with`]: listening as
+/// rendered at the namespace's address, a changed Secret reaching its volume `volume_delay` after
+/// it is seen); returned once kube-controller-manager's EndpointSlice controller (started by the
+/// caller, [`ControlPlane::start_controller_manager`]) publishes it ready behind the render's
+/// Service, so the API server calls it through the Service as a hub's calls a replica.
+pub async fn webhook_in(
+    cp: &ControlPlane,
+    render: &Render,
+    replica: usize,
+    netns: &NetNs,
+    volume_delay: std::time::Duration,
+) -> RunningPod {
+    let pod = run_in_with(cp, render, "edgegate-webhook", replica, &[Rewrite::MountPath], netns, volume_delay).await;
+    let client = cp.client().await;
+    let took = crate::helpers::eventually(
+        std::time::Duration::from_secs(60),
+        "the webhook Pod published ready behind its Service",
+        async || published(&client, &netns.address).await == Some(true),
+    )
+    .await;
+    eprintln!("webhook Pod {} at {}: published ready {took:.1?} after it started", pod.name, netns.address);
+    pod
+}
+
+/// Whether the EndpointSlice controller's slices of the Service `edgegate-webhook` name `address`:
+/// `Some(ready)`, ready if one of its endpoints there is (a Pod terminating and a new one may
+/// share an address for a moment), `None` if no slice names it.
+pub async fn published(client: &kube::Client, address: &str) -> Option<bool> {
+    use k8s_openapi::api::discovery::v1::EndpointSlice;
+    let slices: Api<EndpointSlice> = Api::namespaced(client.clone(), NAMESPACE);
+    let selector = "kubernetes.io/service-name=edgegate-webhook,endpointslice.kubernetes.io/managed-by=endpointslice-controller.k8s.io";
+    let list = slices.list(&kube::api::ListParams::default().labels(selector)).await.ok()?;
+    let named: Vec<bool> = list
+        .items
+        .iter()
+        .flat_map(|s| s.endpoints.iter().flatten())
+        .filter(|e| e.addresses.iter().any(|a| a == address))
+        .map(|e| e.conditions.as_ref().and_then(|c| c.ready) == Some(true))
+        .collect();
+    (!named.is_empty()).then(|| named.contains(&true))
 }
 
 /// deploy/'s ValidatingWebhookConfiguration as the render has it (enforcing), pointed by URL at

@@ -7,8 +7,9 @@ use std::process::Command;
 
 use edgegate_system_tests::cert_manager::start_cert_manager;
 use edgegate_system_tests::helpers::*;
-use edgegate_system_tests::netns::{NetNs, relayed_kubeconfig};
-use edgegate_system_tests::replica::Replica;
+use edgegate_system_tests::netns::NetNs;
+use edgegate_system_tests::pod::{Render, RunningPod};
+use edgegate_system_tests::shipped::{reloads, reviews, webhook_in};
 use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
 use k8s_openapi::api::core::v1::Secret;
 
@@ -23,11 +24,12 @@ fn ok(cp: &ControlPlane, args: &[&str]) -> String {
 }
 
 /// Render `resources` + `components` (paths under deploy/) as a user's kustomization, and apply it
-/// server-side.
-fn apply(cp: &ControlPlane, name: &str, resources: &[&str], components: &[&str]) {
+/// server-side; the objects applied, for the pod runner.
+fn apply(cp: &ControlPlane, name: &str, resources: &[&str], components: &[&str]) -> Render {
     deploy_dev_certs();
     let dir = kustomization(&format!("install-{name}"), resources, components);
     ok(cp, &["apply", "--server-side", "-k", &dir.display().to_string()]);
+    Render::of(&dir)
 }
 
 /// Create a copy the record does not name, as a cell would; `Err` carries the refusal.
@@ -251,7 +253,9 @@ fn serial(secret: &Secret) -> Vec<u8> {
 /// API server verifying the certificate for edgegate-webhook.edgegate-system.svc against the CA
 /// cainjector put in the caBundle): observe, check it serves, enforce; then a renewal of the
 /// serving certificate while copies are written, reaching the two replicas late and at different
-/// times as a kubelet delivers it, with no admission failing.
+/// times as their kubelets deliver it, with no admission failing. The replicas are the render's
+/// Pods, each in a network namespace of its own, published behind the Service by
+/// kube-controller-manager's EndpointSlice controller; their mode is the render's.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn observe_then_enforce_with_the_real_cert_manager_through_the_service() {
     if !runs_as_root("a network namespace") {
@@ -259,9 +263,10 @@ async fn observe_then_enforce_with_the_real_cert_manager_through_the_service() {
     }
     let cp = ControlPlane::own();
     start_cert_manager(&cp);
+    cp.start_controller_manager();
     let client = cp.client().await;
     let started = Instant::now();
-    apply(&cp, "observe-cert-manager", &["base"], &["components/cert-manager", "components/images"]);
+    let observe = apply(&cp, "observe-cert-manager", &["base"], &["components/cert-manager", "components/images"]);
     let secret = serving_secret(&client).await;
     let ca = secret.data.as_ref().and_then(|d| d.get("ca.crt")).map(|b| b.0.clone()).expect("ca.crt");
     let vwcs: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
@@ -275,33 +280,30 @@ async fn observe_then_enforce_with_the_real_cert_manager_through_the_service() {
     .await;
     eprintln!("observe step: certificate issued and caBundle injected {:?} after apply", started.elapsed());
 
-    let netns = NetNs::create();
-    // The webhook ServiceAccount's own token (deploy/'s RBAC, applied above), through the link.
-    let token = cp.service_account_kubeconfig("edgegate-system", "edgegate-webhook", None, 3600).await;
-    let kubeconfig = relayed_kubeconfig(&cp, &token, "webhook-netns.kubeconfig").await;
+    let netns = NetNs::create_many(2);
     namespace(&client, "cell-e", &[]).await;
     set_record(&client, "cell-e", &["fd20:0:e::1"]).await;
-    let a = Replica::start(&cp, &netns, &kubeconfig, 8443, "warn", &secret, &[]).await;
-    a.publish(&client).await;
-    // Observing: an unnamed copy is admitted, after a call that went through the Service.
+    let a = webhook_in(&cp, &observe, 0, &netns[0], Duration::ZERO).await;
+    // Observing (the render's EDGEGATE_MODE=warn): an unnamed copy is admitted, after a call that
+    // went through the Service.
     eventually(Duration::from_secs(30), "the API server calls the webhook through its Service", async || {
-        let before = a.reviews(&netns);
+        let before = reviews(&a);
         let name = format!("warned-{}", started.elapsed().as_millis());
-        write_copy_at(&client, "cell-e", &name, "fd20:0:e::9").await.is_ok() && a.reviews(&netns) > before
+        write_copy_at(&client, "cell-e", &name, "fd20:0:e::9").await.is_ok() && reviews(&a) > before
     })
     .await;
 
-    // Enforce: the second apply, then the replicas roll to deny.
-    apply(
+    // Enforce: the second apply, then the replicas roll to the enforcing Pod template. Their
+    // kubelets deliver a changed Secret 3 s and 8 s after it changes.
+    let enforce = apply(
         &cp,
         "enforce-cert-manager",
         &["base"],
         &["components/cert-manager", "components/enforce", "components/images"],
     );
     drop(a);
-    let a = Replica::start(&cp, &netns, &kubeconfig, 8443, "deny", &secret, &[]).await;
-    let mut b = Replica::start(&cp, &netns, &kubeconfig, 8444, "deny", &secret, &[]).await;
-    b.publish(&client).await;
+    let a = webhook_in(&cp, &enforce, 0, &netns[0], Duration::from_secs(3)).await;
+    let b = webhook_in(&cp, &enforce, 1, &netns[1], Duration::from_secs(8)).await;
     eventually(Duration::from_secs(30), "an unnamed copy refused through the Service", async || {
         write_copy_at(&client, "cell-e", "refused", "fd20:0:e::9").await.is_err_and(|e| e.contains("is not carried"))
     })
@@ -309,34 +311,48 @@ async fn observe_then_enforce_with_the_real_cert_manager_through_the_service() {
     write_copy_at(&client, "cell-e", "named", "fd20:0:e::1").await.expect("a named copy is admitted");
 
     // Renewal under load: copies written continuously while the certificate is re-issued and its
-    // Secret reaches replica a 3 s later and replica b 8 s later.
-    let mut a = a;
+    // Secret reaches replica a, then replica b, as their kubelets project it.
     let load = Load::start(&client, "cell-e", "fd20:0:e::1");
     let old = serial(&secret);
-    let (a_reloads, b_reloads) = (a.reloads(&netns), b.reloads(&netns));
+    let (a_reloads, b_reloads) = (reloads(&a), reloads(&b));
     let renewed_at = Instant::now();
     renew(&client, "edgegate-webhook").await;
-    let mut renewed = None;
     let secrets: Api<Secret> = Api::namespaced(client.clone(), "edgegate-system");
     eventually(Duration::from_secs(90), "a re-issued certificate", async || {
-        renewed = secrets.get("edgegate-webhook-tls").await.ok().filter(|s| serial(s) != old);
-        renewed.is_some()
+        secrets.get("edgegate-webhook-tls").await.is_ok_and(|s| serial(&s) != old)
     })
     .await;
-    let renewed = renewed.expect("renewed");
+    let changed = Instant::now();
     eprintln!("renewal: new certificate in the Secret {:?} after the trigger", renewed_at.elapsed());
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    a.volume.project(&renewed);
-    eventually(Duration::from_secs(10), "replica a serves the new certificate", async || a.reloads(&netns) > a_reloads)
-        .await;
-    tokio::time::sleep(Duration::from_secs(5)).await;
-    b.volume.project(&renewed);
-    eventually(Duration::from_secs(10), "replica b serves the new certificate", async || b.reloads(&netns) > b_reloads)
-        .await;
+    let (took_a, took_b) = reloaded_in_turn(&a, a_reloads, &b, b_reloads, Duration::from_secs(30)).await;
+    eprintln!(
+        "renewal: replica a took the new certificate {took_a:.1?} after the Secret changed, replica b {took_b:.1?} after"
+    );
     tokio::time::sleep(Duration::from_secs(2)).await;
     load.stop_without_failures("renewal", renewed_at).await;
+    eprintln!("renewal: {:?} from the Secret's change to the end of the load", changed.elapsed());
     drop((a, b));
     cp.assert_nothing_refused();
+}
+
+/// Wait until replica `a` has reloaded its certificate (more than `a_before` reloads), then
+/// replica `b`; fails if `b` reloads first or either takes longer than `limit`. How long after
+/// the call each did.
+async fn reloaded_in_turn(
+    a: &RunningPod,
+    a_before: u64,
+    b: &RunningPod,
+    b_before: u64,
+    limit: Duration,
+) -> (Duration, Duration) {
+    let took_a = eventually(limit, "replica a serves the new certificate", async || {
+        assert_eq!(reloads(b), b_before, "replica b took the new certificate before replica a");
+        reloads(a) > a_before
+    })
+    .await;
+    let since = Instant::now();
+    eventually(limit, "replica b serves the new certificate", async || reloads(b) > b_before).await;
+    (took_a, took_a + since.elapsed())
 }
 
 /// The caBundle of edgegate's ValidatingWebhookConfiguration, as certificates.
@@ -353,10 +369,12 @@ fn ca_of(secret: &Secret) -> Vec<edgegate_webhook::ca_bundle::BundleCert> {
 }
 
 /// A rotation of edgegate's CA while copies are written, with components/ca-keeper: the replicas
-/// (on the webhook ServiceAccount's own token, so with the render's RBAC) keep the caBundle
-/// themselves. cert-manager re-issues the CA, then the serving certificate from it; the Secret
-/// reaches replica a 3 s later and replica b 8 s after that. Both CAs are trusted from before
-/// a presents the new certificate until after b does; then the bundle narrows to the new CA.
+/// (the render's Pods, on the webhook ServiceAccount's tokens, so with the render's RBAC, each in
+/// a network namespace of its own behind the Service) keep the caBundle themselves. cert-manager
+/// re-issues the CA, then the serving certificate from it; replica a's kubelet delivers the Secret
+/// 3 s after it changes, and a serves it once its CA is trusted; replica b's kubelet 8 s after
+/// that. Both CAs are trusted from before a presents the new certificate until after b does;
+/// then the bundle narrows to the new CA.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ca_rotation_under_load_with_the_keeper() {
     if !runs_as_root("a network namespace") {
@@ -364,26 +382,31 @@ async fn ca_rotation_under_load_with_the_keeper() {
     }
     let cp = ControlPlane::own();
     start_cert_manager(&cp);
+    cp.start_controller_manager();
     let client = cp.client().await;
+    // The keeper keeps the old CA 10 minutes by default; 20 s here, so the test sees it go.
+    let keep_old: &[(&str, &[&str])] = &[("edgegate-webhook", &["--ca-bundle-keep-old=20s"])];
     let observe = ["components/cert-manager", "components/ca-keeper", "components/images"];
-    apply(&cp, "observe-ca-keeper", &["base"], &observe);
+    let observe = Render::tuned("install-observe-ca-keeper", &["base"], &observe, keep_old);
+    observe.apply(&cp, |_| true);
     let secret = serving_secret(&client).await;
     let first_ca = ca_of(&secret);
 
-    let netns = NetNs::create();
-    let token = cp.service_account_kubeconfig("edgegate-system", "edgegate-webhook", None, 3600).await;
-    let kubeconfig = relayed_kubeconfig(&cp, &token, "webhook-sa-netns.kubeconfig").await;
+    let netns = NetNs::create_many(2);
     namespace(&client, "cell-r", &[]).await;
     set_record(&client, "cell-r", &["fd20:0:f::1"]).await;
-    let keeper = ["--ca-bundle-for=edgegate".to_owned(), "--ca-bundle-keep-old=20s".to_owned()];
-    let mut a = Replica::start(&cp, &netns, &kubeconfig, 8445, "deny", &secret, &keeper).await;
-    let mut b = Replica::start(&cp, &netns, &kubeconfig, 8446, "deny", &secret, &keeper).await;
-    a.publish(&client).await;
-    b.publish(&client).await;
+    let a = webhook_in(&cp, &observe, 0, &netns[0], Duration::ZERO).await;
     eventually(Duration::from_secs(30), "the keeper fills the caBundle", async || ca_bundle(&client).await == first_ca)
         .await;
+    // Enforce, and the replicas roll to the enforcing template. Their kubelets deliver a changed
+    // Secret 3 s and 16 s after it changes: a's, then the keeper's --ca-bundle-settle (5 s) before
+    // a serves it, then 8 s. (b takes it at once: a has put its CA in the bundle.)
     let enforce = ["components/cert-manager", "components/ca-keeper", "components/enforce", "components/images"];
-    apply(&cp, "enforce-ca-keeper", &["base"], &enforce);
+    let enforce = Render::tuned("install-enforce-ca-keeper", &["base"], &enforce, keep_old);
+    enforce.apply(&cp, |_| true);
+    drop(a);
+    let a = webhook_in(&cp, &enforce, 0, &netns[0], Duration::from_secs(3)).await;
+    let b = webhook_in(&cp, &enforce, 1, &netns[1], Duration::from_secs(16)).await;
     eventually(Duration::from_secs(30), "an unnamed copy refused through the Service", async || {
         write_copy_at(&client, "cell-r", "refused", "fd20:0:f::9").await.is_err_and(|e| e.contains("is not carried"))
     })
@@ -393,34 +416,38 @@ async fn ca_rotation_under_load_with_the_keeper() {
     let rotated_at = Instant::now();
     let secrets: Api<Secret> = Api::namespaced(client.clone(), "edgegate-system");
     let old_ca = secrets.get("edgegate-ca").await.expect("CA secret");
+    let (a_reloads, b_reloads) = (reloads(&a), reloads(&b));
     renew(&client, "edgegate-ca").await;
     eventually(Duration::from_secs(90), "a new CA", async || {
         secrets.get("edgegate-ca").await.is_ok_and(|s| serial(&s) != serial(&old_ca))
     })
     .await;
     renew(&client, "edgegate-webhook").await;
-    let mut renewed = None;
+    let mut second_ca = Vec::new();
     eventually(Duration::from_secs(90), "a serving certificate from the new CA", async || {
-        renewed =
-            secrets.get("edgegate-webhook-tls").await.ok().filter(|s| !ca_of(s).is_empty() && ca_of(s) != first_ca);
-        renewed.is_some()
+        let renewed = secrets.get("edgegate-webhook-tls").await.ok().map(|s| ca_of(&s)).unwrap_or_default();
+        let new = !renewed.is_empty() && renewed != first_ca;
+        if new {
+            second_ca = renewed;
+        }
+        new
     })
     .await;
-    let renewed = renewed.expect("renewed");
-    let second_ca = ca_of(&renewed);
     eprintln!("CA rotation: new CA and certificate in the Secret {:?} after the trigger", rotated_at.elapsed());
 
-    let (a_reloads, b_reloads) = (a.reloads(&netns), b.reloads(&netns));
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    a.volume.project(&renewed);
-    eventually(Duration::from_secs(30), "replica a serves the new certificate", async || a.reloads(&netns) > a_reloads)
-        .await;
+    let took_a = eventually(Duration::from_secs(30), "replica a serves the new certificate", async || {
+        assert_eq!(reloads(&b), b_reloads, "replica b took the new certificate before replica a");
+        reloads(&a) > a_reloads
+    })
+    .await;
     let both: Vec<_> = first_ca.iter().chain(&second_ca).cloned().collect();
     assert_eq!(ca_bundle(&client).await, both, "while b serves the old certificate, both CAs are trusted");
-    tokio::time::sleep(Duration::from_secs(8)).await;
-    b.volume.project(&renewed);
-    eventually(Duration::from_secs(30), "replica b serves the new certificate", async || b.reloads(&netns) > b_reloads)
-        .await;
+    let since = Instant::now();
+    eventually(Duration::from_secs(30), "replica b serves the new certificate", async || reloads(&b) > b_reloads).await;
+    eprintln!(
+        "CA rotation: replica a took the new certificate {took_a:.1?} after the Secret changed, replica b {:.1?} after",
+        took_a + since.elapsed()
+    );
     let narrowed = eventually(Duration::from_secs(60), "the bundle narrowed to the new CA", async || {
         ca_bundle(&client).await == second_ca
     })
@@ -556,8 +583,7 @@ async fn the_api_server_reaches_the_webhook_pod_through_its_service() {
             let list = slices.list(&kube::api::ListParams::default().labels(selector)).await.map(|l| l.items);
             list.unwrap_or_default().iter().any(|s| {
                 let ready = s.endpoints.iter().flatten().any(|e| {
-                    e.addresses.iter().any(|a| a == edgegate_system_tests::netns::NETNS_ADDRESS)
-                        && e.conditions.as_ref().and_then(|c| c.ready) == Some(true)
+                    e.addresses.contains(&netns.address) && e.conditions.as_ref().and_then(|c| c.ready) == Some(true)
                 });
                 let https =
                     s.ports.iter().flatten().any(|p| p.name.as_deref() == Some("https") && p.port == Some(8443));

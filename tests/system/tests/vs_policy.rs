@@ -1,9 +1,10 @@
 //! The hub API server's cost per admitted copy, four ways on one kube-apiserver
 //! (scripts/vs-policy.sh runs this; not part of CI): no admission; the baseline
 //! ValidatingAdmissionPolicy with the EdgeReachability as its parameter
-//! (tests/policy/edgereachability-vap.yaml); edgegate's webhook as installed, one replica in a
-//! network namespace called through deploy/'s Service reference (an endpoint address over
-//! HTTP/1.1, as a hub calls it); and edgegate's own policy mode (deploy/components/policy, when
+//! (tests/policy/edgereachability-vap.yaml); edgegate's webhook as installed, one replica of
+//! overlays/dev's Deployment run as its Pod in a network namespace, published behind deploy/'s
+//! Service by kube-controller-manager's EndpointSlice controller and called through the Service
+//! reference (an endpoint address over HTTP/1.1, as a hub calls it); and edgegate's own policy mode (deploy/components/policy, when
 //! present). Prints the answers to the decision table; a grid of record × slice sizes per mode
 //! (dry-run creates: throughput, latency, API server and webhook CPU per create) and its medians
 //! over rounds; the webhook's TLS connections per 1,000 calls; with `VS_PROFILE=1`, CPU profiles
@@ -15,12 +16,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use edgegate_system_tests::helpers::*;
-use edgegate_system_tests::netns::{NetNs, kubeconfig_through_link};
-use edgegate_system_tests::replica::Replica;
+use edgegate_system_tests::netns::NetNs;
+use edgegate_system_tests::pod::{Render, RunningPod, kustomization_with};
+use edgegate_system_tests::shipped::{reviews, webhook_in};
 use futures::StreamExt;
-use k8s_openapi::ByteString;
 use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
-use k8s_openapi::api::core::v1::{Secret, Service};
 
 const SCOPE: &str = "vs";
 const VAP: &str = "tests/policy/edgereachability-vap.yaml";
@@ -93,29 +93,6 @@ async fn patient_client(cp: &ControlPlane) -> Client {
         kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default()).await.expect("admin client config");
     config.read_timeout = Some(Duration::from_secs(70));
     Client::try_from(config).expect("admin client")
-}
-
-/// The serving certificate's Secret as the dev-certs component makes it (its SANs name
-/// edgegate-webhook.edgegate-system.svc, the name the API server verifies).
-fn serving_secret() -> Secret {
-    let dir = deploy_dev_certs();
-    let data = ["tls.crt", "tls.key", "ca.crt"]
-        .into_iter()
-        .map(|key| (key.to_owned(), ByteString(std::fs::read(dir.join(key)).expect("a dev certificate file"))))
-        .collect();
-    Secret { data: Some(data), ..Secret::default() }
-}
-
-/// edgegate-system and deploy/'s Service edgegate-webhook: what the API server resolves the
-/// configuration's Service reference through, to the endpoint `Replica::publish` writes.
-async fn webhook_service(client: &Client) {
-    namespace(client, "edgegate-system", &[]).await;
-    let text = std::fs::read_to_string(repo().join("deploy/base/workloads/webhook.yaml")).expect("webhook.yaml");
-    let docs: Vec<serde_json::Value> = serde_saphyr::from_multiple(&text).expect("webhook.yaml parses");
-    let service = docs.into_iter().find(|d| d["kind"] == "Service").expect("deploy/base has the Service");
-    let services: Api<Service> = Api::namespaced(client.clone(), "edgegate-system");
-    let service = serde_json::from_value(service).expect("a Service");
-    services.create(&PostParams::default(), &service).await.expect("create the Service");
 }
 
 /// The namespaces and their records: the answers' cases, `vs-r<n>` with an n-address record per
@@ -345,7 +322,7 @@ impl Connections {
 /// and edgegate's policy as the test applies it if deploy/ has it. (Fields drop in order: the
 /// replica before its namespace, both before the control plane.)
 struct Bench {
-    replica: Replica,
+    replica: RunningPod,
     netns: NetNs,
     client: Client,
     policy: Option<PathBuf>,
@@ -355,17 +332,22 @@ struct Bench {
 impl Bench {
     async fn start() -> Bench {
         let cp = ControlPlane::own();
+        // The EndpointSlice controller publishes the replica behind the Service. It and the
+        // other two controllers idle during the measurement: dry-run creates store nothing, so
+        // they see no event.
+        cp.start_controller_manager();
         let client = patient_client(&cp).await;
-        install_crd(&client).await;
+        // overlays/dev (enforcing, the dev certificate) but its admission configurations: the
+        // CRD, edgegate-system with the webhook's Service, Secret and RBAC. Each mode is put in
+        // force by the test.
+        deploy_dev_certs();
+        let render = Render::of(&kustomization_with("vs-policy", &["overlays/dev"], &[], ""));
+        render.apply_but_admission(&cp);
         records(&client).await;
         stored_copies(&client).await;
-        webhook_service(&client).await;
         let netns = NetNs::create();
-        // Admin credentials: a measurement of the API server's own cost per call, which the
-        // webhook's RBAC does not change (every CI suite runs the webhook as installed).
-        let kubeconfig = kubeconfig_through_link(&cp, "vs-webhook.kubeconfig").await;
-        let replica = Replica::start(&cp, &netns, &kubeconfig, WEBHOOK_PORT, "deny", &serving_secret(), &[]).await;
-        replica.publish(&client).await;
+        let replica = webhook_in(&cp, &render, 0, &netns, Duration::ZERO).await;
+        assert_eq!(replica.port("https"), WEBHOOK_PORT, "the rendered containerPort, where connections are counted");
         let policy = edgegate_policy(&cp);
         if policy.is_none() {
             eprintln!("vs: no {POLICY}: the edgegate policy mode is left out");
@@ -488,11 +470,11 @@ impl Bench {
     /// The 1-address, 1-endpoint webhook cell, counting the connections the API server opens to
     /// the webhook meanwhile: how often it pays a TLS handshake.
     async fn cell_counting_connections(&self, round: usize, n: usize) -> Cell {
-        let calls_before = self.replica.reviews(&self.netns);
+        let calls_before = reviews(&self.replica);
         let watch = Connections::watch(&self.netns, WEBHOOK_PORT);
         let cell = self.cell(round, Mode::Webhook, 1, 1, n).await;
         let (opens, most, peers) = watch.finish(&self.netns);
-        let calls = self.replica.reviews(&self.netns) - calls_before;
+        let calls = reviews(&self.replica) - calls_before;
         eprintln!(
             "vs: round {round} Webhook TLS (record 1, slice 1): {calls} calls, {opens} new connections = {:.1} handshakes per 1,000 calls; at most {most} established at once, {peers} distinct peer ports seen (sampled every 200 ms)",
             opens as f64 * 1000.0 / calls.max(1) as f64
@@ -546,7 +528,7 @@ impl Bench {
         for with in [true, false] {
             self.switch(Mode::Webhook, with).await;
             let _ = api.delete_collection(&DeleteParams::default(), &Default::default()).await;
-            let before = self.replica.reviews(&self.netns);
+            let before = reviews(&self.replica);
             for i in 0..500 {
                 let addresses: &[&str] = if i % 3 == 0 { &[] } else { &["fd20:0:c::1"] };
                 create(&self.client, "vs-mix", &slice(SCOPE, &format!("mix-{i}"), true, addresses), false)
@@ -562,7 +544,7 @@ impl Bench {
             eprintln!(
                 "vs: matchConditions {}: 1,500 writes (500 creates, a third without endpoints; 1,000 label updates) → {} webhook calls",
                 if with { "on" } else { "off" },
-                self.replica.reviews(&self.netns) - before
+                reviews(&self.replica) - before
             );
         }
     }

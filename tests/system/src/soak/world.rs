@@ -2,28 +2,23 @@
 //! namespaces can be deleted), and edgegate as deploy/ installs it (overlays/dev, enforcing, with
 //! components/producer; the soak's shorter timings a patch in [`World::start`]): the producer
 //! between them and two pruners sharing a Lease, each a Pod of the render run by the pod runner
-//! under its own ServiceAccount (a restarted one is a new Pod, as a ReplicaSet makes it); two
-//! webhook replicas reached through their Service (deploy/'s configuration, failurePolicy Fail),
-//! on the webhook ServiceAccount's token.
+//! under its own ServiceAccount (a restarted one is a new Pod, as a ReplicaSet makes it); and two
+//! webhook replicas, Pods of the render each in a network namespace of its own, published behind
+//! the render's Service by kube-controller-manager's EndpointSlice controller and called through
+//! it (deploy/'s configuration, failurePolicy Fail).
 
-use std::path::PathBuf;
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::Secret;
-use k8s_openapi::api::discovery::v1::EndpointSlice;
-use kube::api::{Patch, PatchParams};
-use kube::{Api, Client};
+use kube::Client;
 use serde_json::json;
 
 use super::Config;
 use crate::control_plane::ControlPlane;
 use crate::helpers::*;
-use crate::netns::{NETNS_ADDRESS, NetNs, relayed_kubeconfig};
+use crate::netns::NetNs;
 use crate::pod::{Render, Rewrite, RunningPod, run};
-use crate::replica::Replica;
-use crate::shipped::add_project;
+use crate::shipped::{add_project, published, webhook_in};
 
-pub const WEBHOOK_PORTS: [u16; 2] = [8471, 8472];
 pub const SCOPE: &str = "soak";
 
 pub struct World {
@@ -32,11 +27,12 @@ pub struct World {
     pub project_cp: Arc<ControlPlane>,
     pub hub: Client,
     pub project: Client,
-    pub netns: NetNs,
-    webhook_kubeconfig: PathBuf,
-    secret: Secret,
+    /// Each webhook replica's network: its Pod's address.
+    pub netns: Vec<NetNs>,
     render: Render,
-    pub webhooks: [Option<Replica>; 2],
+    pub webhooks: [Option<RunningPod>; 2],
+    /// A replica killed, until its replacement starts: its Pod, reported not ready.
+    killed: [Option<RunningPod>; 2],
     pub pruners: [Option<RunningPod>; 2],
     pub producer: Option<RunningPod>,
     /// When the hub's API server was restarted (the `hub-restart` fault), by the wall clock.
@@ -74,12 +70,8 @@ impl World {
         render.apply_but_admission(&hub_cp);
         add_project(&hub_cp, &render, "soak", &project_cp).await;
         register_service_webhook(&hub_cp, &render);
-        let secrets: Api<Secret> = Api::namespaced(hub.clone(), "edgegate-system");
-        let secret = secrets.get("edgegate-webhook-tls").await.expect("the render's webhook Secret, applied");
 
-        let netns = NetNs::create();
-        let token = hub_cp.service_account_kubeconfig("edgegate-system", "edgegate-webhook", None, 86_400).await;
-        let webhook_kubeconfig = relayed_kubeconfig(&hub_cp, &token, "soak-webhook.kubeconfig").await;
+        let netns = NetNs::create_many(2);
         let mut world = World {
             config,
             hub_cp,
@@ -87,10 +79,9 @@ impl World {
             hub,
             project,
             netns,
-            webhook_kubeconfig,
-            secret,
             render,
             webhooks: [None, None],
+            killed: [None, None],
             pruners: [None, None],
             producer: None,
             hub_restarts: Vec::new(),
@@ -103,19 +94,26 @@ impl World {
         world
     }
 
+    /// Webhook replica `i` (a new Pod, as a ReplicaSet makes one) in network namespace `i`,
+    /// once published ready behind the Service; the killed Pod it replaces deleted first.
     pub async fn start_webhook(&mut self, i: usize) {
-        let port = WEBHOOK_PORTS[i];
-        let replica =
-            Replica::start(&self.hub_cp, &self.netns, &self.webhook_kubeconfig, port, "deny", &self.secret, &[]).await;
-        endpoint(&self.hub, port, true).await;
-        self.webhooks[i] = Some(replica);
+        drop(self.killed[i].take());
+        let pod = webhook_in(&self.hub_cp, &self.render, i, &self.netns[i], Duration::ZERO).await;
+        self.webhooks[i] = Some(pod);
     }
 
-    /// A replica killed; then, as the endpoints controller would notice, its endpoint not ready.
+    /// Webhook replica `i` killed: its Pod stays, reported not ready as a kubelet sees the
+    /// container gone; returns once the EndpointSlice controller has marked its endpoint so.
     pub async fn kill_webhook(&mut self, i: usize) {
-        if let Some(replica) = self.webhooks[i].take() {
-            signal("KILL", replica.pid());
-            endpoint(&self.hub, WEBHOOK_PORTS[i], false).await;
+        if let Some(pod) = self.webhooks[i].take() {
+            signal("KILL", pod.pid());
+            self.killed[i] = Some(pod);
+            let address = &self.netns[i].address;
+            let took = eventually(Duration::from_secs(10), "the killed replica's endpoint not ready", async || {
+                published(&self.hub, address).await == Some(false)
+            })
+            .await;
+            eprintln!("soak: webhook replica {i} killed: its endpoint not ready {took:.1?} after");
         }
     }
 
@@ -140,7 +138,7 @@ impl World {
 
     /// Every binary's `/readyz` answers 200.
     pub fn all_ready(&self) -> bool {
-        let webhooks = self.webhooks.iter().flatten().all(|r| r.get(&self.netns, "/readyz").contains("ok"));
+        let webhooks = self.webhooks.iter().flatten().all(|p| p.get("/readyz").contains("ok"));
         let others = self
             .pruners
             .iter()
@@ -171,23 +169,6 @@ impl World {
 
 pub fn signal(signal: &str, pid: u32) {
     let _ = std::process::Command::new("kill").arg(format!("-{signal}")).arg(pid.to_string()).status();
-}
-
-/// The endpoints controller's part for replica `port`: its endpoint behind the Service, ready or not.
-async fn endpoint(hub: &Client, port: u16, ready: bool) {
-    let name = format!("edgegate-webhook-{port}");
-    let slice = json!({
-        "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
-        "metadata": {"name": name, "namespace": "edgegate-system",
-                     "labels": {"kubernetes.io/service-name": "edgegate-webhook"}},
-        "addressType": "IPv4",
-        "endpoints": [{"addresses": [NETNS_ADDRESS], "conditions": {"ready": ready}}],
-        "ports": [{"name": "https", "port": port, "protocol": "TCP"}],
-    });
-    let api: Api<EndpointSlice> = Api::namespaced(hub.clone(), "edgegate-system");
-    api.patch(&name, &PatchParams::apply("endpoints-controller").force(), &Patch::Apply(&slice))
-        .await
-        .expect("endpoint slice");
 }
 
 /// The render's ValidatingWebhookConfiguration (enforcing, the render's CA) and Service,
