@@ -52,8 +52,7 @@ pub const PRUNER: &[Rule] = &[
     Rule { group: "events.k8s.io", resource: "events", names: &[], verbs: &["create", "patch"] },
 ];
 
-/// The pruner's Lease rule, granted in its own namespace only (its own Lease, and the producer's
-/// read for its word, `--producer-lease`).
+/// The pruner's Lease rule, granted in its own namespace only.
 pub const PRUNER_LEASE: Rule =
     Rule { group: "coordination.k8s.io", resource: "leases", names: &[], verbs: &["get", "create", "update"] };
 
@@ -72,6 +71,11 @@ pub const PRODUCER_HUB: &[Rule] = &[
 
 /// The producer's Lease rule, granted in its own namespace only.
 pub const PRODUCER_LEASE: Rule = PRUNER_LEASE;
+
+/// `edgegate-producer` at Milo's root (`--milo-kubeconfig`): its projects listed and watched.
+/// With [`PRODUCER_PROJECT`] granted for every project, the one read grant on Milo.
+pub const PRODUCER_MILO: &[Rule] =
+    &[Rule { group: "resourcemanager.miloapis.com", resource: "projects", names: &[], verbs: &["list", "watch"] }];
 
 /// `edgegate-producer` in each project control plane: read only, the five kinds it watches.
 pub const PRODUCER_PROJECT: &[Rule] = &[

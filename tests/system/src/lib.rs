@@ -5,6 +5,7 @@
 pub mod cert_manager;
 pub mod control_plane;
 pub mod helpers;
+pub mod milo;
 pub mod netns;
 pub mod pod;
 pub mod secret_volume;

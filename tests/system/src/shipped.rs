@@ -89,6 +89,26 @@ pub async fn add_project(hub: &ControlPlane, render: &Render, name: &str, projec
     set_project(hub, name, &kubeconfig).await;
 }
 
+/// With components/producer-milo: the producer's identity on Milo (the stand-in `milo` in front of
+/// `backing`), made as docs/producer.md says (the render's ClusterRoles `edgegate-producer-milo`
+/// and `edgegate-producer-project` bound to it), its kubeconfig the hub's Secret
+/// `edgegate-producer-milo`.
+pub async fn hand_milo_over(hub: &ControlPlane, render: &Render, backing: &ControlPlane, milo: &crate::milo::Milo) {
+    let role = render.get("ClusterRole", "edgegate-producer-milo");
+    let binding = json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+        "metadata": {"name": "edgegate-producer-milo"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "edgegate-producer-milo"},
+        "subjects": [{"kind": "ServiceAccount", "name": "edgegate-producer", "namespace": NAMESPACE}],
+    });
+    apply_objects(backing, vec![role.clone(), binding]);
+    let kubeconfig = project_kubeconfig(render, backing).await.replace(&backing.server, &milo.server);
+    let secret = json!({"apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": "edgegate-producer-milo", "namespace": NAMESPACE},
+        "data": {"kubeconfig": base64(kubeconfig.as_bytes())}});
+    apply_objects(hub, vec![secret]);
+}
+
 /// The kubeconfig [`add_project`] hands over: the producer's identity on `project`, made there as
 /// docs/producer.md says.
 pub async fn project_kubeconfig(render: &Render, project: &ControlPlane) -> String {

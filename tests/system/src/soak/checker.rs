@@ -5,9 +5,9 @@
 //!    namespace, while its address was served at any moment of the last `withdraw-after + grace
 //!    − ε` (ε: how far this view may trail the producer's, 0.5 s), except a deletion less than 2 s
 //!    after the address was served again following a break longer than that (the news cannot
-//!    have reached the pruner: counted as a race); no write is refused whose address has been
+//!    have reached the producer's pruning: counted as a race); no write is refused whose address has been
 //!    served, without a break, for that long (outside faults);
-//!    A deletion by the pruner of a copy whose address the hub's record had named again for more
+//!    A deletion by the producer of a copy whose address the hub's record had named again for more
 //!    than 2 s (by the checker's own watch of the records, which trails the hub) is a violation
 //!    too: so a race is counted only while the record did not name the address yet. A copy seen
 //!    gone only when the checker's watch relisted went at some moment of the gap: it is a
@@ -21,7 +21,7 @@
 //! 3. never shrink from a partial view: no record loses, while the project is cut off, an
 //!    address that was served when the cut began;
 //! 4. no write storms: each binary writes as its own identity (its Pod's bound token), and the
-//!    hub's audit log shows each pruner Pod's deletions per second within its pacing (mod.rs; the
+//!    hub's audit log shows each producer Pod's deletions per second within its pacing (mod.rs; the
 //!    watch's count is reported too);
 //! 5. deploy/'s RBAC is enough: neither API server's authorizer refused a request of edgegate's,
 //!    but within 10 s of a hub restart, while its RBAC informers sync (mod.rs; counted).

@@ -1,5 +1,6 @@
-//! Faults, injected in a seeded order: each binary killed (-9) and started again, the pruners'
-//! lease holder stopped (SIGSTOP) and resumed, the hub's etcd and kube-apiserver restarted, the
+//! Faults, injected in a seeded order: each binary killed (-9) and started again (the producer's
+//! lease holder, which writes and deletes, and its follower), the lease holder stopped (SIGSTOP)
+//! and resumed, the hub's etcd and kube-apiserver restarted, the
 //! project API server frozen past the producer's timeouts, both webhook replicas frozen (fail
 //! closed: the cell's writes fail and are retried), every proxy deleted at once (a burst of
 //! emptied records), and a record emptied by hand. Each is a window on the timeline; after it,
@@ -16,9 +17,9 @@ use super::world::{World, signal};
 
 pub const KINDS: [&str; 9] = [
     "webhook-kill",
-    "pruner-leader-kill",
-    "producer-kill",
-    "pruner-leader-stop",
+    "producer-leader-kill",
+    "producer-follower-kill",
+    "producer-leader-stop",
     "hub-restart",
     "project-unreachable",
     "webhook-unreachable",
@@ -29,17 +30,23 @@ pub const KINDS: [&str; 9] = [
 /// How long after a fault ends its effects may still show (the binaries' backoffs, a relist).
 pub const RECOVERY: Duration = Duration::from_secs(15);
 
-/// The faults that can delay a collection (invariant 2): those that stop the pruner leading or
-/// seeing, or the producer vouching for its records. A webhook fault, a burst or a hand edit
-/// delays no deletion.
-pub const DELAY_COLLECTION: [&str; 5] =
-    ["pruner-leader-kill", "pruner-leader-stop", "producer-kill", "hub-restart", "project-unreachable"];
+/// The faults that can delay a collection (invariant 2): those that stop the producer leading or
+/// seeing (its project's evidence is whole again only `--withdraw-after` + `--grace` after). A
+/// webhook fault, a follower killed, a burst or a hand edit delays no deletion.
+pub const DELAY_COLLECTION: [&str; 4] =
+    ["producer-leader-kill", "producer-leader-stop", "hub-restart", "project-unreachable"];
 
 /// The faults that can explain refusing an address long served (invariant 1's refusal half): a
 /// record emptied by hand (until the producer puts it right), and anything that restarts the
 /// webhook's or the producer's view.
-pub const EXCUSE_REFUSAL: [&str; 5] =
-    ["record-hand-edit", "hub-restart", "webhook-kill", "webhook-unreachable", "producer-kill"];
+pub const EXCUSE_REFUSAL: [&str; 6] = [
+    "record-hand-edit",
+    "hub-restart",
+    "webhook-kill",
+    "webhook-unreachable",
+    "producer-leader-kill",
+    "producer-leader-stop",
+];
 
 /// A fault's kind, when it began and (once over) when it ended.
 type Window = (&'static str, Instant, Option<Instant>);
@@ -89,24 +96,20 @@ pub async fn inject(kind: &'static str, world: &mut World, churn: &tokio::sync::
             tokio::time::sleep(Duration::from_secs(2)).await;
             world.start_webhook(0).await;
         }
-        "pruner-leader-kill" => {
-            let i = world.pruner_leader().unwrap_or(0);
-            if let Some(p) = world.pruners[i].take() {
+        "producer-leader-kill" | "producer-follower-kill" => {
+            let leader = world.producer_leader().unwrap_or(0);
+            let i = if kind == "producer-leader-kill" { leader } else { 1 - leader };
+            if let Some(p) = world.producers[i].take() {
                 signal("KILL", crate::helpers::pid_of(&p.process));
             }
             tokio::time::sleep(Duration::from_secs(2)).await;
-            world.start_pruner(i).await;
+            world.start_producer(i).await;
         }
-        "producer-kill" => {
-            if let Some(p) = world.producer.take() {
-                signal("KILL", crate::helpers::pid_of(&p.process));
-            }
-            tokio::time::sleep(Duration::from_secs(2)).await;
-            world.start_producer().await;
-        }
-        "pruner-leader-stop" => {
-            let i = world.pruner_leader().unwrap_or(0);
-            let pid = world.pruners[i].as_ref().map(|p| crate::helpers::pid_of(&p.process));
+        "producer-leader-stop" => {
+            // Past its Lease (4 s): the other takes over, and the woken one must write and delete
+            // nothing on its stale view.
+            let i = world.producer_leader().unwrap_or(0);
+            let pid = world.producers[i].as_ref().map(|p| crate::helpers::pid_of(&p.process));
             if let Some(pid) = pid {
                 signal("STOP", pid);
                 tokio::time::sleep(Duration::from_secs(8)).await;

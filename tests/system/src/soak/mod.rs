@@ -203,7 +203,7 @@ pub async fn run(config: Config) -> Report {
     );
     eprintln!("soak: faults injected: {:?}", timeline.count());
     eprintln!(
-        "soak: copies written {}, refused {}, writes failed (fail closed, hub down) {}; deleted by the pruner {}, by the cell {}, with their namespace {}",
+        "soak: copies written {}, refused {}, writes failed (fail closed, hub down) {}; deleted by the producer (pruning) {}, by the cell {}, with their namespace {}",
         ledger.written,
         ledger.refusals.len(),
         ledger.failed,
@@ -226,7 +226,7 @@ pub async fn run(config: Config) -> Report {
         cell::BACKOFF_CAP
     );
     eprintln!(
-        "soak: pruner deletions peak {}/s (pacing {}/s); record writes seen {}; addresses withdrawn during the project cut, decided before it: {}",
+        "soak: producer deletions peak {}/s (pacing {}/s); record writes seen {}; addresses withdrawn during the project cut, decided before it: {}",
         findings.peak_deletions_per_second,
         config.deletes_per_second,
         findings.record_writes,
@@ -266,20 +266,21 @@ pub async fn run(config: Config) -> Report {
             what: "the sweep saw no copy".into(),
         });
     }
-    // Invariant 4, from the hub's own record of each pruner Pod's DELETEs: within its pacing (a
-    // token bucket of one: at most one more in a calendar second). The audit log must show them.
+    // Invariant 4, from the hub's own record of each producer Pod's DELETEs (the producer prunes):
+    // within its pacing (a token bucket of one: at most one more in a calendar second). The audit
+    // log must show them.
     let audited = peaks.keys().any(|(who, verb, resource)| {
-        who.starts_with("edgegate-pruner") && verb == "delete" && resource == "endpointslices"
+        who.starts_with("edgegate-producer") && verb == "delete" && resource == "endpointslices"
     });
     if findings.deleted_by_pruner > 0 && !audited {
         violations.push(checker::Violation {
             invariant: 4,
             at: started.elapsed(),
-            what: "the pruners deleted copies, but the audit log names no pruner Pod deleting".into(),
+            what: "the producer deleted copies, but the audit log names no producer Pod deleting".into(),
         });
     }
     for ((who, _, _), peak) in peaks.iter().filter(|((who, verb, resource), _)| {
-        who.starts_with("edgegate-pruner") && verb == "delete" && resource == "endpointslices"
+        who.starts_with("edgegate-producer") && verb == "delete" && resource == "endpointslices"
     }) {
         if *peak > config.deletes_per_second + 1 {
             violations.push(checker::Violation {

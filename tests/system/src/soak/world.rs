@@ -1,8 +1,9 @@
 //! The soak's world: a project control plane and a hub, each with kube-controller-manager (so
-//! namespaces can be deleted), and edgegate as deploy/ installs it (overlays/dev, enforcing, with
-//! components/producer; the soak's shorter timings a patch in [`World::start`]): the producer
-//! between them and two pruners sharing a Lease, each a Pod of the render run by the pod runner
-//! under its own ServiceAccount (a restarted one is a new Pod, as a ReplicaSet makes it); and two
+//! namespaces can be deleted), and edgegate as deploy/ installs it (components/producer before
+//! components/enforce, with the dev certificate; the soak's shorter timings a patch in
+//! [`World::start`]): two producer replicas sharing a Lease between them, the leader writing the
+//! records and deleting copies (`--prune`), each a Pod of the render run by the pod runner under
+//! its own ServiceAccount (a restarted one is a new Pod, as a ReplicaSet makes it); and two
 //! webhook replicas, Pods of the render each in a network namespace of its own, published behind
 //! the render's Service by kube-controller-manager's EndpointSlice controller and called through
 //! it (deploy/'s configuration, failurePolicy Fail).
@@ -33,8 +34,8 @@ pub struct World {
     pub webhooks: [Option<RunningPod>; 2],
     /// A replica killed, until its replacement starts: its Pod, reported not ready.
     killed: [Option<RunningPod>; 2],
-    pub pruners: [Option<RunningPod>; 2],
-    pub producer: Option<RunningPod>,
+    /// The producer's two replicas: the one holding the Lease writes and deletes.
+    pub producers: [Option<RunningPod>; 2],
     /// When the hub's API server was restarted (the `hub-restart` fault), by the wall clock.
     pub hub_restarts: Vec<(std::time::SystemTime, std::time::SystemTime)>,
 }
@@ -60,12 +61,9 @@ impl World {
         );
         let render = Render::tuned(
             "soak",
-            &["overlays/dev"],
-            &["components/producer"],
-            &[
-                ("edgegate-pruner", &[&grace, &pace, "--lease-duration=4s", "--resync=20s"]),
-                ("edgegate-producer", &[&withdraw_after, "--lease-duration=4s", "--resync=20s"]),
-            ],
+            &["base"],
+            &["components/dev-certs", "components/producer", "components/enforce", "components/images"],
+            &[("edgegate-producer", &[&withdraw_after, &grace, &pace, "--lease-duration=4s", "--resync=20s"])],
         );
         render.apply_but_admission(&hub_cp);
         add_project(&hub_cp, &render, "soak", &project_cp).await;
@@ -82,15 +80,13 @@ impl World {
             render,
             webhooks: [None, None],
             killed: [None, None],
-            pruners: [None, None],
-            producer: None,
+            producers: [None, None],
             hub_restarts: Vec::new(),
         };
         for i in 0..2 {
             world.start_webhook(i).await;
-            world.start_pruner(i).await;
+            world.start_producer(i).await;
         }
-        world.start_producer().await;
         world
     }
 
@@ -117,20 +113,16 @@ impl World {
         }
     }
 
-    pub async fn start_pruner(&mut self, i: usize) {
-        let pod = run(&self.hub_cp, &self.render, "edgegate-pruner", i, &[Rewrite::ListenAddress]).await;
-        self.pruners[i] = Some(pod);
-    }
-
-    pub async fn start_producer(&mut self) {
+    /// Producer replica `i` (a new Pod, as a ReplicaSet makes one).
+    pub async fn start_producer(&mut self, i: usize) {
         let both = [Rewrite::ListenAddress, Rewrite::MountPath];
-        self.producer = Some(run(&self.hub_cp, &self.render, "edgegate-producer", 0, &both).await);
+        self.producers[i] = Some(run(&self.hub_cp, &self.render, "edgegate-producer", i, &both).await);
     }
 
-    /// The pruner holding the Lease, by its metric.
-    pub fn pruner_leader(&self) -> Option<usize> {
+    /// The producer replica holding the Lease, by its metric.
+    pub fn producer_leader(&self) -> Option<usize> {
         (0..2).find(|&i| {
-            self.pruners[i]
+            self.producers[i]
                 .as_ref()
                 .is_some_and(|p| metrics(&p.process).lines().any(|l| l.trim() == "edgegate_leader 1"))
         })
@@ -139,13 +131,12 @@ impl World {
     /// Every binary's `/readyz` answers 200.
     pub fn all_ready(&self) -> bool {
         let webhooks = self.webhooks.iter().flatten().all(|p| p.get("/readyz").contains("ok"));
-        let others = self
-            .pruners
+        let producers = self
+            .producers
             .iter()
             .flatten()
-            .chain(&self.producer)
             .all(|p| http_status(&format!("http://127.0.0.1:{}/readyz", p.process.port), None) == 200);
-        webhooks && others && self.webhooks.iter().all(Option::is_some) && self.pruners.iter().all(Option::is_some)
+        webhooks && producers && self.webhooks.iter().all(Option::is_some) && self.producers.iter().all(Option::is_some)
     }
 
     /// Every binary's log, for the panic check.

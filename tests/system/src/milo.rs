@@ -1,0 +1,221 @@
+//! A stand-in for Datum's Milo built from real parts: a TLS path proxy in front of one real
+//! kube-apiserver. Its root serves what the API server serves (the `Project` CRD of
+//! tests/crds/milo.yaml among it); under
+//! `/apis/resourcemanager.miloapis.com/v1alpha1/projects/<p>/control-plane/` it serves project
+//! `<p>`'s control plane: the rest of the path on the same API server, every GET scoped to the
+//! objects labelled [`PROJECT_LABEL`]` = <p>` (so many projects share one API server, each seeing
+//! only its own namespaces and objects). The caller's credentials are passed through, so the API
+//! server's RBAC judges them as Milo's would.
+//!
+//! It counts the requests it serves per project, and injects per-project faults ([`Fault`]). What
+//! it does not do as Milo does: authorization per project (one RBAC for all of them), and a write
+//! under a project's path is not labelled for it (the producer never writes there).
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use http::{Request, Response, StatusCode, Uri};
+use http_body_util::{BodyExt, Full, combinators::UnsyncBoxBody};
+use hyper::body::{Bytes, Incoming};
+
+use crate::control_plane::ControlPlane;
+
+/// The label that puts an object (a namespace, and everything in it) in a project.
+pub const PROJECT_LABEL: &str = "milo.test/project";
+
+const PREFIX: &str = "/apis/resourcemanager.miloapis.com/v1alpha1/projects/";
+
+/// What a project's requests get instead of an answer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fault {
+    /// This status, at once.
+    Status(u16),
+    /// Nothing: the request is held open, unanswered, until the fault is lifted.
+    Silent,
+}
+
+#[derive(Default)]
+struct State {
+    faults: HashMap<String, Fault>,
+    requests: HashMap<String, u64>,
+}
+
+/// The stand-in, serving until dropped.
+pub struct Milo {
+    /// Where it serves (`https://127.0.0.1:<port>`), with the API server's CA.
+    pub server: String,
+    state: Arc<Mutex<State>>,
+    task: tokio::task::JoinHandle<()>,
+    cp_kubeconfig: PathBuf,
+    cp_server: String,
+}
+
+impl Drop for Milo {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl Milo {
+    /// In front of `cp`'s API server, with its serving certificate.
+    pub async fn start(cp: &ControlPlane) -> Milo {
+        use rustls::pki_types::pem::PemObject;
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let certs = rustls_pemfile_certs(&cp.dir.join("apiserver.crt"));
+        let key = rustls::pki_types::PrivateKeyDer::from_pem_file(cp.dir.join("apiserver.key")).expect("apiserver key");
+        let mut tls = rustls::ServerConfig::builder().with_no_client_auth().with_single_cert(certs, key).expect("tls");
+        tls.alpn_protocols = vec![b"http/1.1".to_vec()];
+        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(tls));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let server = format!("https://{}", listener.local_addr().expect("addr"));
+        // Upstream: the API server with its CA and no credentials of the proxy's own.
+        let upstream = upstream_client(cp).await;
+        let state = Arc::new(Mutex::new(State::default()));
+        let serving = Arc::clone(&state);
+        let task = tokio::spawn(async move {
+            while let Ok((tcp, _)) = listener.accept().await {
+                let (acceptor, upstream, state) = (acceptor.clone(), upstream.clone(), Arc::clone(&serving));
+                tokio::spawn(async move {
+                    let Ok(tls) = acceptor.accept(tcp).await else { return };
+                    let service =
+                        hyper::service::service_fn(move |request| proxy(request, upstream.clone(), Arc::clone(&state)));
+                    let io = hyper_util::rt::TokioIo::new(tls);
+                    let _ = hyper::server::conn::http1::Builder::new().serve_connection(io, service).await;
+                });
+            }
+        });
+        Milo { server, state, task, cp_kubeconfig: cp.kubeconfig.clone(), cp_server: cp.server.clone() }
+    }
+
+    /// `kubeconfig` (one of the API server's, e.g. a ServiceAccount's) pointed at the stand-in.
+    pub fn kubeconfig(&self, kubeconfig: &std::path::Path, file: &std::path::Path) -> PathBuf {
+        let text = std::fs::read_to_string(kubeconfig).expect("kubeconfig");
+        std::fs::write(file, text.replace(&self.cp_server, &self.server)).expect("write kubeconfig");
+        file.to_owned()
+    }
+
+    /// The API server's admin kubeconfig (for the test's own writes, unscoped).
+    pub fn admin_kubeconfig(&self) -> &std::path::Path {
+        &self.cp_kubeconfig
+    }
+
+    pub fn set_fault(&self, project: &str, fault: Option<Fault>) {
+        let mut state = self.state.lock().expect("state");
+        match fault {
+            Some(fault) => state.faults.insert(project.to_owned(), fault),
+            None => state.faults.remove(project),
+        };
+    }
+
+    /// Requests served under each project's path so far.
+    pub fn requests(&self) -> HashMap<String, u64> {
+        self.state.lock().expect("state").requests.clone()
+    }
+}
+
+fn rustls_pemfile_certs(path: &std::path::Path) -> Vec<rustls::pki_types::CertificateDer<'static>> {
+    use rustls::pki_types::pem::PemObject;
+    rustls::pki_types::CertificateDer::pem_file_iter(path).expect("cert file").map(|c| c.expect("cert")).collect()
+}
+
+async fn upstream_client(cp: &ControlPlane) -> kube::Client {
+    let mut config = kube::Config::new(cp.server.parse().expect("server"));
+    let ca = std::fs::read(cp.dir.join("ca.crt")).expect("ca");
+    config.root_cert = Some(rustls_pemfile_certs_from(&ca));
+    kube::Client::try_from(config).expect("upstream client")
+}
+
+fn rustls_pemfile_certs_from(pem: &[u8]) -> Vec<Vec<u8>> {
+    use rustls::pki_types::pem::PemObject;
+    rustls::pki_types::CertificateDer::pem_slice_iter(pem).map(|c| c.expect("cert").to_vec()).collect()
+}
+
+type Body = UnsyncBoxBody<Bytes, Box<dyn std::error::Error + Send + Sync>>;
+
+fn status(code: StatusCode) -> Response<Body> {
+    let body = format!(r#"{{"kind":"Status","apiVersion":"v1","status":"Failure","code":{}}}"#, code.as_u16());
+    let mut response = Response::new(Full::new(Bytes::from(body)).map_err(|e| match e {}).boxed_unsync());
+    *response.status_mut() = code;
+    response.headers_mut().insert(http::header::CONTENT_TYPE, http::HeaderValue::from_static("application/json"));
+    response
+}
+
+/// `/…/projects/<p>/control-plane/<rest>` → (`p`, `/<rest>`).
+fn project_path(path: &str) -> Option<(&str, String)> {
+    let rest = path.strip_prefix(PREFIX)?;
+    let (project, rest) = rest.split_once('/')?;
+    let rest = rest.strip_prefix("control-plane")?;
+    (rest.is_empty() || rest.starts_with('/'))
+        .then(|| (project, if rest.is_empty() { "/".to_owned() } else { rest.to_owned() }))
+}
+
+async fn proxy(
+    request: Request<Incoming>,
+    upstream: kube::Client,
+    state: Arc<Mutex<State>>,
+) -> Result<Response<Body>, Infallible> {
+    let (mut parts, body) = request.into_parts();
+    let path = parts.uri.path().to_owned();
+    let mut query = parts.uri.query().map(str::to_owned);
+    if let Some((project, rest)) = project_path(&path) {
+        let fault = {
+            let mut state = state.lock().expect("state");
+            *state.requests.entry(project.to_owned()).or_default() += 1;
+            state.faults.get(project).copied()
+        };
+        match fault {
+            Some(Fault::Status(code)) => {
+                return Ok(status(StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)));
+            }
+            Some(Fault::Silent) => std::future::pending::<()>().await,
+            None => {}
+        }
+        if parts.method == http::Method::GET {
+            let selector = format!("labelSelector={PROJECT_LABEL}%3D{project}");
+            query = Some(match query {
+                // A selector the caller gave is kept, the project's added to it.
+                Some(q) if q.contains("labelSelector=") => q.replacen("labelSelector=", &format!("{selector}%2C"), 1),
+                Some(q) if !q.is_empty() => format!("{q}&{selector}"),
+                _ => selector,
+            });
+        }
+        let uri = match &query {
+            Some(q) => format!("{rest}?{q}"),
+            None => rest,
+        };
+        parts.uri = uri.parse::<Uri>().unwrap_or_else(|_| Uri::from_static("/"));
+    }
+    let body = match body.collect().await {
+        Ok(collected) => collected.to_bytes(),
+        Err(_) => return Ok(status(StatusCode::BAD_REQUEST)),
+    };
+    parts.headers.remove(http::header::HOST);
+    let request = Request::from_parts(parts, kube::client::Body::from(body.to_vec()));
+    match upstream.send(request).await {
+        Ok(response) => {
+            Ok(response.map(|b| b.map_err(|e| Box::new(e) as Box<dyn std::error::Error + Send + Sync>).boxed_unsync()))
+        }
+        Err(kube::Error::Api(s)) => Ok(status(StatusCode::from_u16(s.code).unwrap_or(StatusCode::BAD_GATEWAY))),
+        Err(_) => Ok(status(StatusCode::BAD_GATEWAY)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::project_path;
+
+    #[test]
+    fn paths_under_a_project() {
+        let p = "/apis/resourcemanager.miloapis.com/v1alpha1/projects/acme/control-plane/api/v1/namespaces";
+        assert_eq!(project_path(p), Some(("acme", "/api/v1/namespaces".to_owned())));
+        assert_eq!(
+            project_path("/apis/resourcemanager.miloapis.com/v1alpha1/projects/acme/control-plane"),
+            Some(("acme", "/".to_owned()))
+        );
+        assert_eq!(project_path("/apis/resourcemanager.miloapis.com/v1alpha1/projects/acme"), None);
+        assert_eq!(project_path("/apis/resourcemanager.miloapis.com/v1alpha1/projects"), None);
+        assert_eq!(project_path("/api/v1/namespaces"), None);
+    }
+}
