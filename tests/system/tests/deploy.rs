@@ -356,6 +356,7 @@ fn every_documented_combination_is_installable() {
             vec!["components/trim"],
             vec!["components/without-crd"],
             vec!["components/producer", "components/monitoring", "components/trim"],
+            vec!["components/producer", "components/producer-milo"],
         ] {
             let mut components = extra.clone();
             components.push("components/cert-manager");
@@ -645,6 +646,32 @@ fn producer_component_adds_the_producer_with_exact_rbac() {
     let args = spec["containers"][0]["args"].to_string();
     assert!(args.contains("--lease-name=edgegate-producer") && !args.contains("--no-leader-election"), "{args}");
     assert!(args.contains("--prune"), "{args}");
+
+    // With Milo: projects discovered there, Milo's kubeconfig mounted from its Secret.
+    let objects = compose(
+        "producer-milo",
+        &["base"],
+        &[
+            "components/producer",
+            "components/producer-milo",
+            "components/cert-manager",
+            "components/enforce",
+            "components/images",
+        ],
+    );
+    assert_common(&objects);
+    let producer = find(&objects, "Deployment", "edgegate-producer");
+    assert_args_match(producer, edgegate_producer::args::Args::command());
+    let spec = &producer["spec"]["template"]["spec"];
+    let args = spec["containers"][0]["args"].to_string();
+    assert!(
+        args.contains("--milo-kubeconfig=/etc/edgegate/milo/kubeconfig") && !args.contains("--projects-dir"),
+        "{args}"
+    );
+    assert_eq!(spec["volumes"][0]["secret"]["secretName"], "edgegate-producer-milo");
+    assert_eq!(spec["containers"][0]["volumeMounts"][0]["mountPath"], "/etc/edgegate/milo");
+    use edgegate::runtime::rbac::PRODUCER_MILO;
+    assert_eq!(rules_of(find(&objects, "ClusterRole", "edgegate-producer-milo")), expected(PRODUCER_MILO));
 }
 
 #[test]
