@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 
 use edgegate::core::milo::{Engagement, Project, control_plane_path, engagement};
-use edgegate::index::source::follow::{SnapshotSink, Whole, follow};
+use edgegate::index::source::follow::{PROJECT_WATCH_TIMEOUT_SECS, SnapshotSink, Whole, follow};
 use edgegate::runtime::client::PathClients;
 use kube::ResourceExt;
 use kube::core::error_boundary::InvalidObject;
@@ -18,7 +18,8 @@ use crate::run::Engaged;
 pub async fn follow_milo(clients: PathClients, engaged: Engaged) -> anyhow::Result<()> {
     let root = clients.at("")?;
     let mut sink = Whole::new(MiloProjects { clients, engaged, left: BTreeMap::new() });
-    follow(kube::Api::all(root), watcher::Config::default(), &mut sink).await;
+    let config = watcher::Config::default().timeout(PROJECT_WATCH_TIMEOUT_SECS);
+    follow(kube::Api::all(root), config, &mut sink).await;
     Ok(())
 }
 

@@ -54,7 +54,7 @@ impl Metrics {
         let project_synced = registered(
             &mut registry,
             "producer_project_synced",
-            "1 while every watch of this project is listed whole, 0 while its records are left as they are",
+            "0 for each engaged project whose watches are not all listed whole (its records are left as they are); no series for the others",
         );
         let writes: Family<ResultLabels, Counter> = registered(
             &mut registry,
@@ -117,13 +117,15 @@ impl Metrics {
         let unsynced = projects.len() - synced;
         self.projects.get_or_create(&StateLabels { state: "synced" }).set(i64::try_from(synced).unwrap_or(0));
         self.projects.get_or_create(&StateLabels { state: "unsynced" }).set(i64::try_from(unsynced).unwrap_or(0));
-        // Set each series in place and remove only those of projects that are gone: a scrape
-        // between the two never sees an engaged project's series missing.
+        // A series only for each engaged project not whole (0): at a thousand projects, a series
+        // each would be a thousand; the healthy need none. Set in place, and removed only once
+        // its project is whole or gone, so a scrape between the two never misses one.
         let mut known = self.known.lock();
-        for (project, synced) in projects {
-            self.project_synced.get_or_create(&ProjectLabels { project: project.clone() }).set(i64::from(*synced));
+        let now: std::collections::BTreeSet<String> =
+            projects.iter().filter(|(_, synced)| !synced).map(|(p, _)| p.clone()).collect();
+        for project in &now {
+            self.project_synced.get_or_create(&ProjectLabels { project: project.clone() }).set(0);
         }
-        let now: std::collections::BTreeSet<String> = projects.iter().map(|(p, _)| p.clone()).collect();
         for gone in known.difference(&now) {
             self.project_synced.remove(&ProjectLabels { project: gone.clone() });
         }

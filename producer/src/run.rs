@@ -14,7 +14,7 @@ use edgegate::core::project::{HttpProxy, NamespaceMeta, NetworkInterface, Networ
 use edgegate::index::Change;
 use edgegate::index::hub::{HubView, HubWriter};
 use edgegate::index::project::{KindWriter, ProjectIndex};
-use edgegate::index::source::follow::{WatchSink, Whole, follow};
+use edgegate::index::source::follow::{PROJECT_WATCH_TIMEOUT_SECS, WATCH_TIMEOUT_SECS, WatchSink, Whole, follow};
 use edgegate::runtime::admin::Probes;
 use edgegate::runtime::controller::Controller;
 use edgegate::runtime::lease::Leadership;
@@ -50,7 +50,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     match (&args.project_kubeconfig, &args.projects_dir, &args.milo_kubeconfig) {
         (Some(file), _, _) => {
             let name = args.project_name.clone().unwrap_or_else(|| stem(file));
-            engaged.engage(&name, edgegate::runtime::client::kube_client(Some(file), None).await?);
+            engaged.engage(&name, edgegate::runtime::client::project_client(file).await?);
         }
         (None, Some(dir), _) => {
             let engaged = engaged.clone();
@@ -154,9 +154,9 @@ pub fn start_hub_watches(
     let (tx, rx) = mpsc::unbounded_channel();
     forward(rx, triggers.clone(), Trigger::Hub);
     let namespaces = Whole::new(HubWriter::new(Arc::clone(view), tx.clone()));
-    spawn_follow::<NamespaceMeta, _>("hub", Api::all(hub.clone()), namespaces, shutdown);
+    spawn_follow::<NamespaceMeta, _>("hub", Api::all(hub.clone()), namespaces, WATCH_TIMEOUT_SECS, shutdown);
     let records = Whole::new(HubWriter::new(Arc::clone(view), tx));
-    spawn_follow::<EdgeReachability, _>("hub", Api::all(hub.clone()), records, shutdown);
+    spawn_follow::<EdgeReachability, _>("hub", Api::all(hub.clone()), records, WATCH_TIMEOUT_SECS, shutdown);
 }
 
 /// Follow `api` into `sink` for as long as the process runs, or until the handle is aborted: a
@@ -166,6 +166,7 @@ fn spawn_follow<K, S>(
     of: &str,
     api: Api<kube::core::DeserializeGuard<K>>,
     mut sink: S,
+    timeout: u32,
     shutdown: &CancellationToken,
 ) -> JoinHandle<()>
 where
@@ -175,7 +176,7 @@ where
 {
     let name = format!("{of} {} watch", K::kind(&K::DynamicType::default()));
     let span = tracing::info_span!("watch", of, kind = %K::kind(&K::DynamicType::default()));
-    let watch = async move { follow(api, watcher::Config::default(), &mut sink).await };
+    let watch = async move { follow(api, watcher::Config::default().timeout(timeout), &mut sink).await };
     essential(name, shutdown, tracing::Instrument::instrument(watch, span))
 }
 
@@ -220,12 +221,13 @@ impl Engaged {
         let writer = || KindWriter::new(Arc::clone(&index), tx.clone());
         let of = format!("project {name}");
         let shutdown = &self.shutdown;
+        let long = PROJECT_WATCH_TIMEOUT_SECS;
         let tasks = vec![
-            spawn_follow::<HttpProxy, _>(&of, Api::all(client.clone()), Whole::new(writer()), shutdown),
-            spawn_follow::<NetworkService, _>(&of, Api::all(client.clone()), Whole::new(writer()), shutdown),
-            spawn_follow::<NetworkInterface, _>(&of, Api::all(client.clone()), Whole::new(writer()), shutdown),
-            spawn_follow::<Slice, _>(&of, Api::all(client.clone()), Whole::new(writer()), shutdown),
-            spawn_follow::<NamespaceMeta, _>(&of, Api::all(client), Whole::new(writer()), shutdown),
+            spawn_follow::<HttpProxy, _>(&of, Api::all(client.clone()), Whole::new(writer()), long, shutdown),
+            spawn_follow::<NetworkService, _>(&of, Api::all(client.clone()), Whole::new(writer()), long, shutdown),
+            spawn_follow::<NetworkInterface, _>(&of, Api::all(client.clone()), Whole::new(writer()), long, shutdown),
+            spawn_follow::<Slice, _>(&of, Api::all(client.clone()), Whole::new(writer()), long, shutdown),
+            spawn_follow::<NamespaceMeta, _>(&of, Api::all(client), Whole::new(writer()), long, shutdown),
         ];
         tracing::info!(project = name, "project engaged");
         self.projects.write().insert(name.to_owned(), index);
@@ -269,7 +271,7 @@ async fn follow_projects_dir(dir: &Path, engaged: &Engaged) {
             if seen.get(name).is_some_and(|s| *s == content) {
                 continue;
             }
-            match edgegate::runtime::client::kube_client(Some(path), None).await {
+            match edgegate::runtime::client::project_client(path).await {
                 Ok(client) => {
                     engaged.engage(name, client);
                     seen.insert(name.clone(), content);

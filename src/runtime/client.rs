@@ -18,6 +18,14 @@ pub async fn kube_client(kubeconfig: Option<&Path>, context: Option<&str>) -> an
     Ok(kube::Client::try_from(with_timeouts(config(kubeconfig, context).await?))?)
 }
 
+/// A client for one project control plane from its kubeconfig: as [`kube_client`], with the
+/// project's longer read timeout ([`PROJECT_READ_TIMEOUT`]).
+pub async fn project_client(kubeconfig: &Path) -> anyhow::Result<kube::Client> {
+    let mut config = with_timeouts(config(Some(kubeconfig), None).await?);
+    config.read_timeout = Some(PROJECT_READ_TIMEOUT);
+    Ok(kube::Client::try_from(config)?)
+}
+
 /// When the bearer token of the hub's `--kubeconfig` expires (its JWT `exp`, seconds since the
 /// Unix epoch), for a kubeconfig made from a ServiceAccount token (a Karmada hub's): nothing
 /// renews such a token, and the day it expires every call is refused. None without a kubeconfig
@@ -52,6 +60,12 @@ pub fn jwt_expiry(token: &str) -> Option<i64> {
 /// noticed within seconds rather than the minutes TCP takes, and that a request stuck on such a
 /// connection gives way to a new one soon after the link heals.
 pub const API_READ_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// A project control plane's read timeout: its watches are long
+/// ([`crate::index::source::follow::PROJECT_WATCH_TIMEOUT_SECS`]) and quiet but for the API
+/// server's bookmarks, about one a minute; a project cut off without a reset is noticed within
+/// this long.
+pub const PROJECT_READ_TIMEOUT: Duration = Duration::from_secs(90);
 const API_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Clients for many control planes served by one API server under path prefixes (Milo's projects,
@@ -74,7 +88,8 @@ impl PathClients {
     /// From the root's kubeconfig (and context), or in-cluster.
     pub async fn new(kubeconfig: Option<&Path>, context: Option<&str>) -> anyhow::Result<Self> {
         use kube::client::ConfigExt;
-        let root = with_timeouts(config(kubeconfig, context).await?);
+        let mut root = with_timeouts(config(kubeconfig, context).await?);
+        root.read_timeout = Some(PROJECT_READ_TIMEOUT);
         anyhow::ensure!(root.proxy_url.is_none(), "a proxy in the kubeconfig is not supported for project clients");
         let mut http = hyper_util::client::legacy::connect::HttpConnector::new();
         http.enforce_http(false);

@@ -14,12 +14,23 @@ use super::flags::LogFormat;
 pub async fn main(name: &str, format: LogFormat, run: impl Future<Output = anyhow::Result<()>>) -> ExitCode {
     init_tracing(format);
     super::supervise::exit_on_panic();
+    raise_open_files();
     match run.await {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
             tracing::error!(error = format!("{error:#}"), "{name} failed");
             ExitCode::FAILURE
         }
+    }
+}
+
+/// The open-file soft limit raised to the hard one: a producer with a thousand projects holds a
+/// few sockets each, past the usual soft limit of 1,024, and a refused socket is a project that
+/// cannot be read.
+fn raise_open_files() {
+    match rlimit::increase_nofile_limit(u64::MAX) {
+        Ok(limit) => tracing::debug!(limit, "open-file limit"),
+        Err(error) => tracing::warn!(%error, "could not raise the open-file limit"),
     }
 }
 

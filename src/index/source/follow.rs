@@ -134,8 +134,16 @@ const FIRST_BACKOFF: Duration = Duration::from_millis(500);
 /// Short enough that an index is whole again within seconds of the API server coming back.
 const MAX_BACKOFF: Duration = Duration::from_secs(2);
 
-/// Feed `sink` from `api` until the task is dropped. Each watch request lasts
-/// [`WATCH_TIMEOUT_SECS`], whatever `config` says. Each object is decoded on its own: one that
+/// How long one watch request of a project's lasts: a project's watches are long, so an idle
+/// project costs Milo (or its API server) a request per watch every few minutes, not every 10 s.
+/// Its client's read timeout ([`crate::runtime::client::PROJECT_READ_TIMEOUT`]) is longer than the
+/// API server's watch bookmarks come (about every minute), so a quiet watch is never timed out;
+/// a project cut off silently is noticed within that read timeout, and only that project
+/// becomes incomplete.
+pub const PROJECT_WATCH_TIMEOUT_SECS: u32 = 290;
+
+/// Feed `sink` from `api` until the task is dropped. Each watch request lasts `config`'s timeout,
+/// or [`WATCH_TIMEOUT_SECS`] if it sets none. Each object is decoded on its own: one that
 /// cannot be is logged, counted and handed to [`WatchSink::undecodable`], and the rest of the
 /// list goes on (decoded whole, one bad object would fail the list, and the index would never
 /// sync).
@@ -146,7 +154,8 @@ where
     S: WatchSink<K>,
 {
     let mut backoff = FIRST_BACKOFF;
-    let config = config.timeout(WATCH_TIMEOUT_SECS);
+    let timeout = config.timeout.unwrap_or(WATCH_TIMEOUT_SECS);
+    let config = config.timeout(timeout);
     let kind = K::kind(&K::DynamicType::default()).into_owned();
     let deliver = |sink: &mut S, object: DeserializeGuard<K>, phase: Phase| match (object.0, phase) {
         (Ok(object), Phase::Listed) => sink.listed(object),

@@ -27,7 +27,8 @@ pub const PROJECT_LABEL: &str = "milo.test/project";
 
 const PREFIX: &str = "/apis/resourcemanager.miloapis.com/v1alpha1/projects/";
 
-/// What a project's requests get instead of an answer.
+/// What a project's requests get instead of an answer. Setting one also ends the project's
+/// answers in flight (its watches), so the next request meets it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Fault {
     /// This status, at once.
@@ -40,6 +41,9 @@ pub enum Fault {
 struct State {
     faults: HashMap<String, Fault>,
     requests: HashMap<String, u64>,
+    /// Each project's answers in flight (its watches) end when this is cancelled: a fault set
+    /// ends them, as a project whose backend fails ends its streams.
+    cuts: HashMap<String, tokio_util::sync::CancellationToken>,
 }
 
 /// The stand-in, serving until dropped.
@@ -104,9 +108,16 @@ impl Milo {
     pub fn set_fault(&self, project: &str, fault: Option<Fault>) {
         let mut state = self.state.lock().expect("state");
         match fault {
-            Some(fault) => state.faults.insert(project.to_owned(), fault),
-            None => state.faults.remove(project),
-        };
+            Some(fault) => {
+                state.faults.insert(project.to_owned(), fault);
+                if let Some(cut) = state.cuts.remove(project) {
+                    cut.cancel();
+                }
+            }
+            None => {
+                state.faults.remove(project);
+            }
+        }
     }
 
     /// Requests served under each project's path so far.
@@ -159,10 +170,12 @@ async fn proxy(
     let (mut parts, body) = request.into_parts();
     let path = parts.uri.path().to_owned();
     let mut query = parts.uri.query().map(str::to_owned);
+    let mut cut = None;
     if let Some((project, rest)) = project_path(&path) {
         let fault = {
             let mut state = state.lock().expect("state");
             *state.requests.entry(project.to_owned()).or_default() += 1;
+            cut = Some(state.cuts.entry(project.to_owned()).or_default().clone());
             state.faults.get(project).copied()
         };
         match fault {
@@ -194,9 +207,18 @@ async fn proxy(
     parts.headers.remove(http::header::HOST);
     let request = Request::from_parts(parts, kube::client::Body::from(body.to_vec()));
     match upstream.send(request).await {
-        Ok(response) => {
-            Ok(response.map(|b| b.map_err(|e| Box::new(e) as Box<dyn std::error::Error + Send + Sync>).boxed_unsync()))
-        }
+        Ok(response) => Ok(response.map(|body| {
+            let body = body.map_err(|e| Box::new(e) as Box<dyn std::error::Error + Send + Sync>);
+            match cut {
+                // Ends with the project's cut: a watch in flight ends when a fault is set.
+                Some(cut) => {
+                    use futures::StreamExt;
+                    let frames = http_body_util::BodyStream::new(body).take_until(cut.cancelled_owned());
+                    http_body_util::StreamBody::new(frames).boxed_unsync()
+                }
+                None => body.boxed_unsync(),
+            }
+        })),
         Err(kube::Error::Api(s)) => Ok(status(StatusCode::from_u16(s.code).unwrap_or(StatusCode::BAD_GATEWAY))),
         Err(_) => Ok(status(StatusCode::BAD_GATEWAY)),
     }

@@ -128,7 +128,7 @@ pub async fn inject(kind: &'static str, world: &mut World, churn: &tokio::sync::
             world.hub_restarts.push((began, std::time::SystemTime::now()));
         }
         "project-unreachable" => {
-            // Longer than the producer's read timeout (15 s): its watches fail, it must keep
+            // The producer's watches of the project stall (or fail, past its read timeout): it must keep
             // every record as it is.
             let pid = world.project_cp.pid("kube-apiserver");
             signal("STOP", pid);
