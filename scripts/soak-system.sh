@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole system under churn and faults, checked at every moment (tests/system/src/soak): two
-# kube-apiservers (a project and the hub) with kube-controller-manager, the producer, two webhook
-# replicas behind their Service, two pruners sharing a Lease, a cell stand-in writing a copy per
+# kube-apiservers (a project and the hub) with kube-controller-manager, two producer replicas
+# sharing a Lease (the holder writes records and deletes copies), two webhook replicas behind
+# their Service, a cell stand-in writing a copy per
 # pod, seeded churn on the project, and the faults in a seeded order, each kind once per cycle,
 # until the duration is over. Prints the report (lines starting "soak:"); fails on any
 # invariant violation, panic or binary not ready again within 60 s of a fault.
@@ -9,7 +10,7 @@
 #   scripts/soak-system.sh [--seed N] [--duration SECONDS] [--rate CHANGES_PER_SECOND] [--namespaces N]
 #
 # Defaults: seed 1, 1,800 s, 20 changes/s, 20 namespaces. Release binaries; needs root (the
-# webhook's network namespace). Loopback only; every wait is bounded.
+# webhooks' network namespaces). Loopback only; every wait is bounded.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 while [ $# -gt 0 ]; do
