@@ -344,7 +344,7 @@ async fn a_project_that_cannot_be_read_holds_only_its_own_copies() {
     // Served now (spelled another way): the record is about to name it again.
     assert_eq!(evidence.judge(&copy("ns-u1", "fd20:0::1"), now), Some(Held::Served));
     // Acme's last write failed: its record may lack what serves.
-    h.producer.failing.lock().insert("ns-u1".into());
+    h.producer.failing.lock().insert("ns-u1".into(), 1);
     assert_eq!(evidence.judge(&copy("ns-u1", "fd20::9"), now), Some(Held::Unwritten));
     h.producer.failing.lock().clear();
     // Whole, but not for long enough to have seen all that served in the grace.
@@ -357,4 +357,26 @@ async fn a_project_that_cannot_be_read_holds_only_its_own_copies() {
         edgegate::runtime::wakeups::Later::default(),
     );
     assert_eq!(long.judge(&copy("ns-u1", "fd20::9"), now), Some(Held::Incomplete));
+}
+
+/// A write that always fails is retried, its namespace alone, after a doubling wait up to a
+/// minute: before, every failed write asked for a pass over every namespace 2 s later, for ever.
+#[test]
+fn a_failed_write_is_retried_with_a_doubling_wait() {
+    use edgegate_producer::producer::{RETRY_AT_MOST, retry_after};
+    let waits: Vec<u64> = (1..=8).map(|n| retry_after(n).as_secs()).collect();
+    assert_eq!(waits, [2, 4, 8, 16, 32, 60, 60, 60]);
+    assert_eq!(retry_after(u32::MAX), RETRY_AT_MOST);
+    assert_eq!(retry_after(0), Duration::from_secs(2));
+}
+
+/// A hub namespace's event writes that namespace's record alone, found by its UID (in the
+/// project its label names first): no list of every namespace of every project per event.
+#[tokio::test]
+async fn a_hub_namespace_event_writes_its_own_record_only() {
+    let h = start(project(None, None), hub(vec![]));
+    until("project and hub synced", || project_synced(&h) && h.producer.view.synced()).await;
+    assert_eq!(h.producer.pass(&[Trigger::Hub(Change::Namespace("ns-zz".into()))]).await, []);
+    assert_eq!(h.producer.pass(&[Trigger::Hub(Change::Namespace("default".into()))]).await, []);
+    assert_eq!(h.producer.pass(&[Trigger::Hub(Change::Namespace("ns-u1".into()))]).await, [Written::Applied]);
 }

@@ -18,12 +18,11 @@
 //! Otherwise the copy waits, and N is looked at again every [`RECHECK`]. A copy whose project is
 //! not engaged (nobody watches it) waits for as long as that lasts, counted by reason.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use edgegate::core::plan::Deletion;
-use edgegate::core::project::cluster_label;
 use edgegate::core::record::Record;
 use edgegate::core::unwritten::Unwritten;
 use edgegate::index::Change;
@@ -34,7 +33,7 @@ use edgegate::runtime::wakeups::Later;
 use edgegate_pruner::gate::Gate;
 use parking_lot::Mutex;
 
-use crate::producer::Projects;
+use crate::producer::{Projects, find_by_uid, labelled_project};
 
 /// How often a namespace whose deletions wait is looked at again.
 pub const RECHECK: Duration = Duration::from_secs(2);
@@ -80,7 +79,7 @@ pub struct Evidence {
     pub view: Arc<HubView>,
     pub projects: Projects,
     pub unwritten: Arc<Mutex<Unwritten>>,
-    pub failing: Arc<Mutex<HashSet<String>>>,
+    pub failing: Arc<Mutex<HashMap<String, u32>>>,
     /// `--withdraw-after` + `--grace`: how long a project must have been whole.
     pub whole_for: Duration,
     /// Where the pruner is asked to pass a namespace over again.
@@ -93,7 +92,7 @@ impl Evidence {
         view: Arc<HubView>,
         projects: Projects,
         unwritten: Arc<Mutex<Unwritten>>,
-        failing: Arc<Mutex<HashSet<String>>>,
+        failing: Arc<Mutex<HashMap<String, u32>>>,
         whole_for: Duration,
         again: Later<Change>,
     ) -> Self {
@@ -111,7 +110,7 @@ impl Evidence {
         if namespace.as_deref().is_some_and(|ns| index.undecodable_in(ns)) {
             return Some(Held::Incomplete);
         }
-        if self.failing.lock().contains(hub_ns) {
+        if self.failing.lock().contains_key(hub_ns) {
             return Some(Held::Unwritten);
         }
         let mut serving = self.unwritten.lock().recent(hub_ns, now);
@@ -129,27 +128,26 @@ impl Evidence {
     /// (`None`: the project, whole, has no such namespace any more, so nothing there serves).
     fn owner(&self, hub_ns: &str) -> Option<(Arc<ProjectIndex>, Option<String>)> {
         let uid = hub_ns.strip_prefix("ns-")?;
-        let projects = self.projects.read();
-        let by_uid = || projects.iter().find_map(|(name, index)| Some((name, index, index.namespace_with_uid(uid)?)));
-        match self.view.upstream_cluster(hub_ns) {
-            Some(label) => {
-                let (name, index) = projects.iter().find(|(name, _)| cluster_label(name) == label)?;
-                match by_uid() {
-                    // Another project has that namespace: the label and the projects disagree,
-                    // and neither can be taken at its word.
-                    Some((other, _, _)) if other != name => {
-                        tracing::warn!(
-                            hub_namespace = hub_ns,
-                            label,
-                            project = other,
-                            "the hub namespace's project label names another project than the one with its namespace; its copies are kept"
-                        );
-                        None
-                    }
-                    found => Some((Arc::clone(index), found.map(|(_, _, ns)| ns))),
-                }
+        let found = |hint: Option<&str>| find_by_uid(&self.projects, uid, hint);
+        if self.view.upstream_cluster(hub_ns).is_none() {
+            return found(None).map(|(_, index, ns)| (index, Some(ns)));
+        }
+        // Labelled: that project's word, and only while it is engaged.
+        let name = labelled_project(&self.view, &self.projects, hub_ns)?;
+        let index = Arc::clone(self.projects.read().get(&name)?);
+        match found(Some(&name)) {
+            // Another project has that namespace: the label and the projects disagree, and
+            // neither can be taken at its word.
+            Some((other, _, _)) if other != name => {
+                tracing::warn!(
+                    hub_namespace = hub_ns,
+                    project = name,
+                    other,
+                    "the hub namespace's project label names another project than the one with its namespace; its copies are kept"
+                );
+                None
             }
-            None => by_uid().map(|(_, index, ns)| (Arc::clone(index), Some(ns))),
+            found => Some((index, found.map(|(_, _, ns)| ns))),
         }
     }
 

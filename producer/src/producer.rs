@@ -3,7 +3,7 @@
 //! no hub namespace, an answer too large, another field manager). Addresses the answer lacks
 //! leave the record only once it has lacked them for `--withdraw-after`.
 
-use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -35,8 +35,16 @@ enum Restore {
     Failed,
 }
 
-/// How soon a pass over everything follows one in which a write failed.
-const RETRY_AFTER_ERROR: Duration = Duration::from_secs(2);
+/// How soon a namespace whose write failed is written again: 2 s after the first failure, twice
+/// as long after each next one, at most [`RETRY_AT_MOST`]; a hub that refuses one namespace's
+/// record for ever costs a write a minute, not a pass over everything every 2 s.
+pub fn retry_after(failures: u32) -> Duration {
+    let doubled = 2u64.saturating_pow(failures.saturating_sub(1).min(16));
+    Duration::from_secs(2).saturating_mul(u32::try_from(doubled).unwrap_or(u32::MAX)).min(RETRY_AT_MOST)
+}
+
+/// The longest wait before a failed write is tried again.
+pub const RETRY_AT_MOST: Duration = Duration::from_secs(60);
 
 /// The field manager of every write.
 pub const FIELD_MANAGER: &str = "edgegate-producer";
@@ -90,6 +98,26 @@ impl Written {
 /// The engaged projects, by name.
 pub type Projects = Arc<RwLock<BTreeMap<String, Arc<ProjectIndex>>>>;
 
+/// The engaged project with a namespace of UID `uid` (the one hub namespace `ns-<uid>` is the
+/// record's of): its name, index and that namespace. Looks in project `hint` first (the hub
+/// namespace's project label names it), then in every project, comparing UIDs in place: a hub
+/// namespace's event costs one lookup, not a list of every namespace of every project.
+pub fn find_by_uid(projects: &Projects, uid: &str, hint: Option<&str>) -> Option<(String, Arc<ProjectIndex>, String)> {
+    let projects = projects.read();
+    let hinted = hint.and_then(|name| projects.get_key_value(name));
+    hinted
+        .into_iter()
+        .chain(projects.iter())
+        .find_map(|(name, index)| index.namespace_with_uid(uid).map(|ns| (name.clone(), Arc::clone(index), ns)))
+}
+
+/// The project a hub namespace's [`UPSTREAM_CLUSTER_LABEL`](edgegate::core::project::UPSTREAM_CLUSTER_LABEL)
+/// names, among the engaged ones.
+pub fn labelled_project(view: &HubView, projects: &Projects, hub_ns: &str) -> Option<String> {
+    let label = view.upstream_cluster(hub_ns)?;
+    projects.read().keys().find(|name| edgegate::core::project::cluster_label(name) == label).cloned()
+}
+
 /// An address a record names and the answer lacks: (hub namespace, address).
 type Withdrawal = (String, String);
 
@@ -103,9 +131,10 @@ pub struct Producer {
     /// What the answer named while nothing could be written: the next write names it too.
     /// Shared with the in-process pruner's evidence ([`crate::evidence`]).
     pub unwritten: Arc<Mutex<Unwritten>>,
-    /// Hub namespaces whose last write failed: their records may lack what serves, so no copy
-    /// there is deleted ([`crate::evidence`]) until a write succeeds.
-    pub failing: Arc<Mutex<HashSet<String>>>,
+    /// Hub namespaces whose last write failed, with how many times in a row: their records may
+    /// lack what serves, so no copy there is deleted ([`crate::evidence`]) until a write
+    /// succeeds; each is tried again after [`retry_after`].
+    pub failing: Arc<Mutex<HashMap<String, u32>>>,
     /// Where a hub namespace is asked to be recomputed once a held address is due to leave, and
     /// a pass over everything after a failed write.
     pub again: Option<Later<Trigger>>,
@@ -390,11 +419,11 @@ impl Producer {
             Trigger::Project(project, Change::All) => {
                 projects.iter().filter(|(n, _)| n == project).flat_map(all).collect()
             }
-            Trigger::Hub(Change::Namespace(hub_ns)) => projects
-                .iter()
-                .flat_map(all)
-                .filter(|(_, index, ns)| index.uid(ns).is_some_and(|uid| format!("ns-{uid}") == *hub_ns))
-                .collect(),
+            Trigger::Hub(Change::Namespace(hub_ns)) => {
+                let Some(uid) = hub_ns.strip_prefix("ns-") else { return Vec::new() };
+                let hint = labelled_project(&self.view, &self.projects, hub_ns);
+                find_by_uid(&self.projects, uid, hint.as_deref()).into_iter().collect()
+            }
             Trigger::Hub(Change::All) => projects.iter().flat_map(all).collect(),
         }
     }
@@ -428,12 +457,6 @@ impl Producer {
                 outcomes.push(written);
             }
         }
-        // A failed write is tried again shortly, by a pass over everything.
-        if outcomes.iter().any(|w| matches!(w, Written::Error))
-            && let Some(again) = &self.again
-        {
-            again.at(Trigger::Hub(Change::All), clock::now() + RETRY_AFTER_ERROR);
-        }
         outcomes
     }
 
@@ -445,9 +468,21 @@ impl Producer {
         let hub_ns = format!("ns-{uid}");
         match written {
             Written::Error | Written::Oversized => {
-                self.failing.lock().insert(hub_ns.clone());
+                let failures = {
+                    let mut failing = self.failing.lock();
+                    let failures = failing.entry(hub_ns.clone()).or_default();
+                    *failures = failures.saturating_add(1);
+                    *failures
+                };
                 let answer = index.reachable(namespace).addresses;
                 self.unwritten.lock().observe(&hub_ns, &answer, clock::now());
+                // An oversized answer is written again when it changes (its events); a failed
+                // write is retried, this namespace alone, after a backoff.
+                if written == Written::Error
+                    && let Some(again) = &self.again
+                {
+                    again.at(Trigger::Hub(Change::Namespace(hub_ns)), clock::now() + retry_after(failures));
+                }
             }
             Written::Applied | Written::Unchanged => {
                 self.failing.lock().remove(&hub_ns);

@@ -142,6 +142,12 @@ const MAX_BACKOFF: Duration = Duration::from_secs(2);
 /// becomes incomplete.
 pub const PROJECT_WATCH_TIMEOUT_SECS: u32 = 290;
 
+/// Somewhere in the second half of `backoff`: the watches of a thousand projects on one API server
+/// that restarted come back spread over a second, not all in the same instant.
+fn jittered(backoff: Duration) -> Duration {
+    backoff / 2 + backoff.mul_f64(fastrand::f64() / 2.0)
+}
+
 /// Feed `sink` from `api` until the task is dropped. Each watch request lasts `config`'s timeout,
 /// or [`WATCH_TIMEOUT_SECS`] if it sets none. Each object is decoded on its own: one that
 /// cannot be is logged, counted and handed to [`WatchSink::undecodable`], and the rest of the
@@ -189,7 +195,21 @@ where
                 }
             }
         }
-        tokio::time::sleep(backoff).await;
+        tokio::time::sleep(jittered(backoff)).await;
         backoff = (backoff * 2).min(MAX_BACKOFF);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_backoff_is_spread_over_its_second_half() {
+        let backoff = Duration::from_secs(2);
+        let waits: Vec<Duration> = (0..1_000).map(|_| jittered(backoff)).collect();
+        assert!(waits.iter().all(|w| *w >= backoff / 2 && *w <= backoff), "within [1 s, 2 s]");
+        let spread = waits.iter().max().copied().unwrap_or_default() - waits.iter().min().copied().unwrap_or_default();
+        assert!(spread > Duration::from_millis(800), "spread {spread:?}");
     }
 }
