@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# The producer at fleet scale against the Milo stand-in (tests/system/tests/fleet.rs): N projects
+# on one real kube-apiserver served by path over TLS, one in five serving an address; the
+# producer's RSS and sockets as projects are engaged in steps (N/10, 3N/10, N), Milo's requests
+# per project per second at rest, and a cold start's time to engage them all. Prints the report
+# (lines starting "fleet:").
+#
+#   scripts/fleet.sh [--projects N]        (default 1,000)
+#
+# Release binaries; loopback only; every wait is bounded.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --projects) export FLEET_PROJECTS="$2"; shift 2 ;;
+    *) echo "usage: $0 [--projects N]" >&2; exit 2 ;;
+  esac
+done
+cargo build --release --locked --workspace --bins --quiet
+cargo test --release --locked -p edgegate-system-tests --test fleet fleet -- --ignored --exact --nocapture 2>&1 |
+  awk '/^fleet:|test result/ { print } /panicked/ { print; getline; print }'

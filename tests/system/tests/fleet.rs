@@ -1,0 +1,188 @@
+//! The producer at fleet scale, as installed with components/producer and components/producer-milo
+//! (the rendered Deployment run by the pod runner), against the Milo stand-in: one real
+//! kube-apiserver serving every project by path over TLS. `FLEET_PROJECTS` projects (default
+//! 1,000), each one namespace, one in five serving one address through a proxy, a service and an
+//! interface (the others idle: a namespace and nothing else). Measured: the producer's RSS and
+//! open sockets as projects are engaged in steps (so the cost per project is a slope), the
+//! requests per project per second Milo serves at rest, and how long a cold start takes to engage
+//! every project and write every record. `scripts/fleet.sh` runs it with release binaries.
+
+use std::time::Instant;
+
+use edgegate_system_tests::helpers::*;
+use edgegate_system_tests::milo::{Milo, PROJECT_LABEL};
+use edgegate_system_tests::pod::{Render, Rewrite, RunningPod, kustomization_with, run};
+use edgegate_system_tests::shipped;
+use futures::StreamExt;
+use kube::api::{DynamicObject, Patch, PatchParams};
+
+fn kubectl_apply(cp: &ControlPlane, file: &str) {
+    let out = std::process::Command::new("kubectl")
+        .arg(format!("--kubeconfig={}", cp.kubeconfig.display()))
+        .args(["apply", "--server-side", "-f"])
+        .arg(repo().join(file))
+        .output()
+        .expect("kubectl");
+    assert!(out.status.success(), "applying {file}: {}", String::from_utf8_lossy(&out.stderr));
+}
+
+fn gvk(group: &str, version: &str, kind: &str, plural: &str) -> kube::api::ApiResource {
+    kube::api::ApiResource::from_gvk_with_plural(&kube::api::GroupVersionKind::gvk(group, version, kind), plural)
+}
+
+/// Project `p{i}`: its Project (not Ready yet), its namespace and, one in five, what serves an
+/// address; its hub namespace labelled for it.
+async fn make_project(backing: &Client, hub: &Client, i: usize) {
+    let name = format!("p{i:05}");
+    let projects: Api<DynamicObject> =
+        Api::all_with(backing.clone(), &gvk("resourcemanager.miloapis.com", "v1alpha1", "Project", "projects"));
+    let body =
+        json!({"apiVersion": "resourcemanager.miloapis.com/v1alpha1", "kind": "Project", "metadata": {"name": name}});
+    projects.patch(&name, &PatchParams::apply("fleet").force(), &Patch::Apply(&body)).await.expect("Project");
+    let ns = format!("{name}-web");
+    namespace(backing, &ns, &[(PROJECT_LABEL, &name)]).await;
+    let uid = Api::<Namespace>::all(backing.clone()).get(&ns).await.expect("ns").metadata.uid.expect("uid");
+    namespace(hub, &format!("ns-{uid}"), &[("meta.datumapis.com/upstream-cluster-name", &format!("cluster-{name}"))])
+        .await;
+    if i % 5 == 0 {
+        let labels = json!({PROJECT_LABEL: name, "app": "web"});
+        let address = format!("fd20:{:x}::1", i + 1);
+        let objects = [
+            (
+                "NetworkService",
+                json!({"metadata": {"labels": labels}, "spec": {"networkInterfaces": {"selector": {"matchLabels": {"app": "web"}}}}}),
+            ),
+            (
+                "NetworkInterface",
+                json!({"metadata": {"labels": labels}, "spec": {"addresses": [{"address": address}]}, "status": {"phase": "Bound"}}),
+            ),
+            (
+                "HTTPProxy",
+                json!({"metadata": {"labels": labels}, "spec": {"rules": [{"backends": [{"networkService": {"name": "web"}}]}]}}),
+            ),
+        ];
+        for (kind, body) in objects {
+            edgegate_system_tests::soak::project::put(backing, &ns, kind, "web", body).await.expect("object");
+        }
+    }
+}
+
+/// Projects `range` turned Ready.
+async fn ready(backing: &Client, range: std::ops::Range<usize>) {
+    let projects: Api<DynamicObject> =
+        Api::all_with(backing.clone(), &gvk("resourcemanager.miloapis.com", "v1alpha1", "Project", "projects"));
+    futures::stream::iter(range)
+        .for_each_concurrent(16, |i| {
+            let projects = projects.clone();
+            async move {
+                let name = format!("p{i:05}");
+                let status = json!({"apiVersion": "resourcemanager.miloapis.com/v1alpha1", "kind": "Project", "metadata": {"name": name},
+                    "status": {"conditions": [{"type": "Ready", "status": "True", "reason": "Ready", "message": "",
+                                               "lastTransitionTime": "2026-12-05T00:00:00Z"}]}});
+                projects.patch_status(&name, &PatchParams::apply("fleet").force(), &Patch::Apply(&status)).await.expect("Ready");
+            }
+        })
+        .await;
+}
+
+fn gauge(scrape: &str, name: &str) -> u64 {
+    scrape.lines().find_map(|l| l.strip_prefix(name)?.trim().parse::<f64>().ok()).unwrap_or(0.0) as u64
+}
+
+fn sockets(pod: &RunningPod) -> usize {
+    let pid = pid_of(&pod.process);
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .map(|d| {
+            d.flatten()
+                .filter(|e| std::fs::read_link(e.path()).is_ok_and(|l| l.to_string_lossy().starts_with("socket:")))
+                .count()
+        })
+        .unwrap_or(0)
+}
+
+/// Until `n` projects are engaged and whole; how long it took.
+async fn all_whole(pod: &RunningPod, n: u64, within: Duration) -> Duration {
+    let started = Instant::now();
+    eventually(within, &format!("{n} projects whole"), async || {
+        gauge(&metrics(&pod.process), "edgegate_producer_projects{state=\"synced\"} ") == n
+    })
+    .await;
+    started.elapsed()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "minutes: scripts/fleet.sh"]
+async fn fleet() {
+    let total: usize = std::env::var("FLEET_PROJECTS").ok().and_then(|v| v.parse().ok()).unwrap_or(1_000);
+    let steps: Vec<usize> = [total / 10, total * 3 / 10, total].into_iter().filter(|s| *s > 0).collect();
+    let hub_cp = ControlPlane::own();
+    let backing_cp = ControlPlane::own();
+    let (hub, backing) = (hub_cp.client().await, backing_cp.client().await);
+    install_crd(&hub).await;
+    kubectl_apply(&backing_cp, "tests/crds/project.yaml");
+    kubectl_apply(&backing_cp, "tests/crds/milo.yaml");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let milo = Milo::start(&backing_cp).await;
+    let render = Render::of(&kustomization_with(
+        "fleet",
+        &["base"],
+        &[
+            "components/dev-certs",
+            "components/producer",
+            "components/producer-milo",
+            "components/enforce",
+            "components/images",
+        ],
+        "",
+    ));
+    render.apply_but_admission(&hub_cp);
+    shipped::hand_milo_over(&hub_cp, &render, &backing_cp, &milo).await;
+
+    let made = Instant::now();
+    futures::stream::iter(0..total)
+        .for_each_concurrent(16, |i| {
+            let (backing, hub) = (backing.clone(), hub.clone());
+            async move { make_project(&backing, &hub, i).await }
+        })
+        .await;
+    eprintln!("fleet: {total} projects made in {:?}", made.elapsed());
+
+    let pod = run(&hub_cp, &render, "edgegate-producer", 0, &[Rewrite::ListenAddress, Rewrite::MountPath]).await;
+    until_ready("producer ready", &pod.process, None).await;
+    let mut engaged = 0;
+    let mut samples = Vec::new();
+    for step in &steps {
+        let started = Instant::now();
+        ready(&backing, engaged..*step).await;
+        let took = all_whole(&pod, *step as u64, Duration::from_secs(600)).await;
+        engaged = *step;
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        let (rss, socks) = (rss_mib(&pod.process), sockets(&pod));
+        eprintln!(
+            "fleet: {step} projects whole {:?} after they turned Ready ({took:?} waiting): RSS {rss} MiB, {socks} sockets",
+            started.elapsed()
+        );
+        samples.push((*step, rss, socks));
+    }
+    // At rest: what Milo serves per project per second, nothing changing.
+    let before: u64 = milo.requests().values().sum();
+    let rest = Duration::from_secs(60);
+    tokio::time::sleep(rest).await;
+    let requests = milo.requests().values().sum::<u64>() - before;
+    let per_project = requests as f64 / rest.as_secs_f64() / total as f64;
+    eprintln!("fleet: at rest, {requests} requests in {rest:?}: {per_project:.4} per project per second");
+    if let (Some(first), Some(last)) = (samples.first(), samples.last()) {
+        let slope_kib = (last.1.saturating_sub(first.1) * 1024) as f64 / (last.0 - first.0).max(1) as f64;
+        let sockets_per = (last.2.saturating_sub(first.2)) as f64 / (last.0 - first.0).max(1) as f64;
+        eprintln!("fleet: per project ({} → {}): {slope_kib:.0} KiB of RSS, {sockets_per:.2} sockets", first.0, last.0);
+    }
+
+    // Cold: a new Pod engaging every project at once.
+    drop(pod);
+    let started = Instant::now();
+    let pod = run(&hub_cp, &render, "edgegate-producer", 1, &[Rewrite::ListenAddress, Rewrite::MountPath]).await;
+    let took = all_whole(&pod, total as u64, Duration::from_secs(900)).await;
+    eprintln!("fleet: cold start, {total} projects whole after {:?} ({took:?} after the Pod ran)", started.elapsed());
+    let requests = milo.requests().values().sum::<u64>();
+    eprintln!("fleet: Milo served {requests} requests in all");
+}
