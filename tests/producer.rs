@@ -166,10 +166,13 @@ async fn writes_the_answer_once_then_nothing_but_lists_and_watches() {
     assert!(patches[0].uri.contains("fieldManager=edgegate-producer"), "{}", patches[0].uri);
     assert!(!patches[0].uri.contains("force=true"), "never forced without --force-ownership");
     assert_eq!(patches[0].body["spec"]["addresses"], json!(["fd20::1", "fd20::2"]));
-    // Steady state: one list and one watch per kind, and the one write.
+    // Steady state: one list and one watch per kind the proxies read (HTTPProxy, Namespace, and
+    // for the networkService backend NetworkService and NetworkInterface; no EndpointSlice:
+    // no instance backend), and the one write.
     let project_log = h.project_log.lock().expect("log").clone();
     let lists = |log: &[Seen]| log.iter().filter(|s| s.method == "GET" && !s.uri.contains("watch=true")).count();
-    assert_eq!(lists(&project_log), 5, "{project_log:?}");
+    assert_eq!(lists(&project_log), 4, "{project_log:?}");
+    assert!(!project_log.iter().any(|s| s.path() == SLICES), "EndpointSlices watched with no instance backend");
     assert!(project_log.iter().all(|s| s.method == "GET"), "nothing is ever written to a project");
     assert_eq!(lists(&hub_log), 2, "{hub_log:?}");
     assert_eq!(hub_log.iter().filter(|s| s.method != "GET" && s.method != "PATCH").count(), 0, "{hub_log:?}");
@@ -180,9 +183,8 @@ async fn writes_the_answer_once_then_nothing_but_lists_and_watches() {
 #[tokio::test]
 async fn nothing_is_written_before_every_project_watch_has_listed() {
     let h = start(project(None, Some(INTERFACES)), hub(vec![]));
-    until("the hub and four of five project kinds listed", || {
-        h.producer.view.synced()
-            && [HTTPPROXIES, SERVICES, SLICES, NAMESPACES].iter().all(|p| watching(&h.project_log, p))
+    until("the hub and three of the four kinds its proxies read listed", || {
+        h.producer.view.synced() && [HTTPPROXIES, SERVICES, NAMESPACES].iter().all(|p| watching(&h.project_log, p))
     })
     .await;
     assert_eq!(h.producer.pass(&[Trigger::Hub(Change::All)]).await, [Written::Skipped]);
@@ -196,7 +198,7 @@ async fn nothing_is_written_when_a_project_list_fails() {
         let retried = h.project_log.lock().expect("log").iter().filter(|s| s.path() == SERVICES).count() >= 2;
         h.producer.view.synced()
             && retried
-            && [HTTPPROXIES, INTERFACES, SLICES, NAMESPACES].iter().all(|p| watching(&h.project_log, p))
+            && [HTTPPROXIES, INTERFACES, NAMESPACES].iter().all(|p| watching(&h.project_log, p))
     })
     .await;
     assert_eq!(h.producer.pass(&[Trigger::Hub(Change::All)]).await, [Written::Skipped]);
@@ -379,4 +381,22 @@ async fn a_hub_namespace_event_writes_its_own_record_only() {
     assert_eq!(h.producer.pass(&[Trigger::Hub(Change::Namespace("ns-zz".into()))]).await, []);
     assert_eq!(h.producer.pass(&[Trigger::Hub(Change::Namespace("default".into()))]).await, []);
     assert_eq!(h.producer.pass(&[Trigger::Hub(Change::Namespace("ns-u1".into()))]).await, [Written::Applied]);
+}
+
+/// An idle project (no proxy) is watched with two watches, HTTPProxy and Namespace, and is whole
+/// once they have listed: NetworkService, NetworkInterface and EndpointSlice are read only while
+/// a proxy's backends need them. Before, every project had five watches, idle or not.
+#[tokio::test]
+async fn an_idle_project_is_watched_with_two_watches() {
+    let idle: Vec<(&'static str, Option<Vec<Value>>)> = project(None, None)
+        .into_iter()
+        .map(|(p, items)| (p, if p == HTTPPROXIES { Some(vec![]) } else { items }))
+        .collect();
+    let h = start(idle, hub(vec![]));
+    until("the idle project whole", || project_synced(&h) && h.producer.view.synced()).await;
+    // The state that would act: whole, written (an empty record: nothing served).
+    assert_eq!(h.producer.pass(&[Trigger::Hub(Change::All)]).await, [Written::Applied]);
+    let watched: std::collections::BTreeSet<String> =
+        h.project_log.lock().expect("log").iter().filter(|s| s.is_watch()).map(|s| s.path().to_owned()).collect();
+    assert_eq!(watched, [HTTPPROXIES, NAMESPACES].map(str::to_owned).into_iter().collect());
 }

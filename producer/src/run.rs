@@ -13,7 +13,7 @@ use edgegate::core::hold::Hold;
 use edgegate::core::project::{HttpProxy, NamespaceMeta, NetworkInterface, NetworkService};
 use edgegate::index::Change;
 use edgegate::index::hub::{HubView, HubWriter};
-use edgegate::index::project::{KindWriter, ProjectIndex};
+use edgegate::index::project::{Indexed, KindWriter, ProjectIndex};
 use edgegate::index::source::follow::{PROJECT_WATCH_TIMEOUT_SECS, WATCH_TIMEOUT_SECS, WatchSink, Whole, follow};
 use edgegate::runtime::admin::Probes;
 use edgegate::runtime::controller::Controller;
@@ -211,27 +211,39 @@ impl Engaged {
         Engaged { projects, tasks: Arc::default(), triggers, shutdown: shutdown.clone() }
     }
 
-    /// Start the five watches of a project; its namespaces are written once all have listed.
+    /// Start a project's watches (HTTPProxy and Namespace; the kinds its proxies read as they
+    /// come to: [`ProjectWatches`]); its namespaces are written once all have listed.
     pub fn engage(&self, name: &str, client: Client) {
         let index = Arc::new(ProjectIndex::default());
-        // Unbounded: a watch handler must not wait; `forward` moves each change on as it comes.
-        let (tx, rx) = mpsc::unbounded_channel();
-        let project = name.to_owned();
-        forward(rx, self.triggers.clone(), move |change| Trigger::Project(project.clone(), change));
-        let writer = || KindWriter::new(Arc::clone(&index), tx.clone());
-        let of = format!("project {name}");
-        let shutdown = &self.shutdown;
-        let long = PROJECT_WATCH_TIMEOUT_SECS;
-        let tasks = vec![
-            spawn_follow::<HttpProxy, _>(&of, Api::all(client.clone()), Whole::new(writer()), long, shutdown),
-            spawn_follow::<NetworkService, _>(&of, Api::all(client.clone()), Whole::new(writer()), long, shutdown),
-            spawn_follow::<NetworkInterface, _>(&of, Api::all(client.clone()), Whole::new(writer()), long, shutdown),
-            spawn_follow::<Slice, _>(&of, Api::all(client.clone()), Whole::new(writer()), long, shutdown),
-            spawn_follow::<NamespaceMeta, _>(&of, Api::all(client), Whole::new(writer()), long, shutdown),
-        ];
+        // Unbounded: a watch handler must not wait; the project's task moves each change on as
+        // it comes.
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let mut watches = ProjectWatches {
+            always: Vec::new(),
+            services: None,
+            slices: None,
+            decided: false,
+            client,
+            index: Arc::clone(&index),
+            tx,
+            of: format!("project {name}"),
+            shutdown: self.shutdown.clone(),
+        };
+        watches.start_always();
+        let (project, to) = (name.to_owned(), self.triggers.clone());
+        // Each change first starts or stops the watches the proxies now need, then goes on: the
+        // task (and with it every watch of the project) runs until the project is disengaged.
+        let task = tokio::spawn(async move {
+            while let Some(change) = rx.recv().await {
+                watches.reconcile();
+                if to.send(Trigger::Project(project.clone(), change)).is_err() {
+                    return;
+                }
+            }
+        });
         tracing::info!(project = name, "project engaged");
         self.projects.write().insert(name.to_owned(), index);
-        if let Some(old) = self.tasks.lock().insert(name.to_owned(), tasks) {
+        if let Some(old) = self.tasks.lock().insert(name.to_owned(), vec![task]) {
             old.iter().for_each(JoinHandle::abort);
         }
     }
@@ -252,6 +264,94 @@ impl Engaged {
 
     pub fn is_engaged(&self, name: &str) -> bool {
         self.projects.read().contains_key(name)
+    }
+}
+
+/// One project's watches: HTTPProxy and Namespace always; NetworkService and NetworkInterface
+/// while a proxy has a `networkService` backend, EndpointSlice while one has an `instance` backend
+/// (an idle project costs two watches, two sockets). A kind that comes to be needed makes the
+/// project not whole until it has listed; one no longer needed is stopped and dropped from the
+/// index. Dropped (the project disengaged), every watch stops.
+struct ProjectWatches {
+    always: Vec<JoinHandle<()>>,
+    services: Option<[JoinHandle<()>; 2]>,
+    slices: Option<JoinHandle<()>>,
+    /// Whether the kinds not needed at the first list have been marked so.
+    decided: bool,
+    client: Client,
+    index: Arc<ProjectIndex>,
+    tx: mpsc::UnboundedSender<Change>,
+    of: String,
+    shutdown: CancellationToken,
+}
+
+impl ProjectWatches {
+    fn watch<K: Indexed + Clone + DeserializeOwned + std::fmt::Debug + Send + 'static>(&self) -> JoinHandle<()>
+    where
+        KindWriter: edgegate::index::source::follow::SnapshotSink<K>,
+    {
+        let writer = Whole::new(KindWriter::new(Arc::clone(&self.index), self.tx.clone()));
+        spawn_follow::<K, _>(
+            &self.of,
+            Api::all(self.client.clone()),
+            writer,
+            PROJECT_WATCH_TIMEOUT_SECS,
+            &self.shutdown,
+        )
+    }
+
+    fn start_always(&mut self) {
+        let namespaces = Whole::new(KindWriter::new(Arc::clone(&self.index), self.tx.clone()));
+        self.always = vec![
+            self.watch::<HttpProxy>(),
+            spawn_follow::<NamespaceMeta, _>(
+                &self.of,
+                Api::all(self.client.clone()),
+                namespaces,
+                PROJECT_WATCH_TIMEOUT_SECS,
+                &self.shutdown,
+            ),
+        ];
+    }
+
+    /// Start or stop the kinds the proxies need now (nothing before the proxies have listed).
+    fn reconcile(&mut self) {
+        let Some(needs) = self.index.needs() else { return };
+        match (needs.services, self.services.is_some()) {
+            (true, false) => {
+                self.index.start_watching::<NetworkService>();
+                self.index.start_watching::<NetworkInterface>();
+                self.services = Some([self.watch::<NetworkService>(), self.watch::<NetworkInterface>()]);
+                tracing::debug!(of = %self.of, "watching NetworkServices and NetworkInterfaces");
+            }
+            (false, true) | (false, false) if self.services.is_some() || !self.decided => {
+                self.services.take().into_iter().flatten().for_each(|t| t.abort());
+                self.index.stop_watching::<NetworkService>();
+                self.index.stop_watching::<NetworkInterface>();
+            }
+            _ => {}
+        }
+        match (needs.slices, self.slices.is_some()) {
+            (true, false) => {
+                self.index.start_watching::<Slice>();
+                self.slices = Some(self.watch::<Slice>());
+                tracing::debug!(of = %self.of, "watching EndpointSlices");
+            }
+            (false, true) | (false, false) if self.slices.is_some() || !self.decided => {
+                if let Some(task) = self.slices.take() {
+                    task.abort();
+                }
+                self.index.stop_watching::<Slice>();
+            }
+            _ => {}
+        }
+        self.decided = true;
+    }
+}
+
+impl Drop for ProjectWatches {
+    fn drop(&mut self) {
+        self.always.iter().chain(self.services.iter().flatten()).chain(&self.slices).for_each(JoinHandle::abort);
     }
 }
 

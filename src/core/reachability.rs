@@ -38,6 +38,30 @@ pub struct Reachability {
     pub bad_selectors: Vec<(String, String)>,
 }
 
+/// Which kinds a project's answer reads besides its proxies and namespaces: NetworkServices and
+/// NetworkInterfaces while some proxy has a `networkService` backend, EndpointSlices while some
+/// has an `instance` backend. A project whose proxies need neither (most: idle) is watched with
+/// two watches, not five.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Needs {
+    pub services: bool,
+    pub slices: bool,
+}
+
+/// What `proxies` need ([`Needs`]); a proxy being deleted still counts (it may be answered until
+/// it is gone, and a watch too many costs a socket, not a withdrawal).
+pub fn needs<'a>(proxies: impl IntoIterator<Item = &'a crate::core::project::HttpProxy>) -> Needs {
+    let mut needs = Needs::default();
+    for backend in proxies.into_iter().flat_map(|p| &p.spec.rules).flat_map(|r| &r.backends) {
+        needs.services |= backend.network_service.is_some();
+        needs.slices |= backend.instance.is_some();
+        if needs.services && needs.slices {
+            break;
+        }
+    }
+    needs
+}
+
 /// The answer for `ns`.
 pub fn reachable(ns: &ProjectNamespace) -> Reachability {
     let (addresses, bad_selectors) = answer(ns, None);
@@ -208,6 +232,31 @@ impl<'a> LabelIndex<'a> {
 
 fn first_match_label(selector: &LabelSelector) -> Option<(&str, &str)> {
     selector.match_labels.as_ref()?.iter().next().map(|(k, v)| (k.as_str(), v.as_str()))
+}
+
+#[cfg(test)]
+mod needs_tests {
+    use super::*;
+    use crate::core::project::HttpProxy;
+
+    fn proxy(backends: serde_json::Value) -> HttpProxy {
+        serde_json::from_value(
+            serde_json::json!({"metadata": {"name": "p"}, "spec": {"rules": [{"backends": backends}]}}),
+        )
+        .expect("proxy")
+    }
+
+    #[test]
+    fn kinds_are_needed_only_for_the_backends_that_read_them() {
+        assert_eq!(needs([]), Needs { services: false, slices: false });
+        let service = proxy(serde_json::json!([{"networkService": {"name": "web"}}]));
+        let instance = proxy(serde_json::json!([{"instance": {"name": "vm-1"}}]));
+        let other = proxy(serde_json::json!([{"endpoint": {"url": "https://x"}}, {"connector": {}}]));
+        assert_eq!(needs([&other]), Needs::default());
+        assert_eq!(needs([&service]), Needs { services: true, slices: false });
+        assert_eq!(needs([&instance, &other]), Needs { services: false, slices: true });
+        assert_eq!(needs([&service, &instance]), Needs { services: true, slices: true });
+    }
 }
 
 #[cfg(test)]

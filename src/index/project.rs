@@ -1,6 +1,7 @@
-//! One project control plane's objects by namespace, fed by five watches (HTTPProxy,
-//! NetworkService, NetworkInterface, EndpointSlice, Namespace). The project is synced only while
-//! every one of them is whole: listed, and followed without an error since.
+//! One project control plane's objects by namespace, fed by up to five watches (HTTPProxy and
+//! Namespace always; NetworkService, NetworkInterface and EndpointSlice while a proxy reads them:
+//! [`ProjectIndex::needs`]). The project is synced only while every kind is whole: listed and
+//! followed without an error since, or not watched because nothing reads it.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
@@ -15,7 +16,7 @@ use tokio::sync::mpsc::UnboundedSender;
 use super::Change;
 use super::source::follow::SnapshotSink;
 use crate::core::project::{HttpProxy, NamespaceMeta, NetworkInterface, NetworkService};
-use crate::core::reachability::{ProjectNamespace, Reachability, reachable, reachable_addresses};
+use crate::core::reachability::{Needs, ProjectNamespace, Reachability, needs, reachable, reachable_addresses};
 use crate::core::slice::Slice;
 
 /// The five watches, in the order of [`ProjectIndex`]'s sync flags.
@@ -123,6 +124,37 @@ impl ProjectIndex {
     /// Every project namespace, with its UID.
     pub fn namespaces(&self) -> Vec<(String, String)> {
         self.uids.read().iter().map(|(n, u)| (n.clone(), u.clone())).collect()
+    }
+
+    /// What the proxies read ([`Needs`]), once the proxies have listed; `None` before.
+    pub fn needs(&self) -> Option<Needs> {
+        if !self.synced[HttpProxy::SLOT].load(Ordering::Acquire) {
+            return None;
+        }
+        let namespaces = self.namespaces.read();
+        Some(needs(namespaces.values().flat_map(|ns| ns.proxies.values())))
+    }
+
+    /// Kind `K` is watched from now on: the project is not synced (nothing written) until its
+    /// watch has listed. Its whole run goes on: until a proxy read the kind, nothing of it could
+    /// serve, so no gap in what was seen opens (a watch that fails is such a gap).
+    pub fn start_watching<K: Indexed>(&self) {
+        self.synced[K::SLOT].store(false, Ordering::Release);
+    }
+
+    /// Kind `K` is not watched (no proxy reads it): what the index held of it goes, and the kind
+    /// counts as whole, as an empty one would.
+    pub fn stop_watching<K: Indexed>(&self) {
+        for ns in self.namespaces.write().values_mut() {
+            K::map(ns).clear();
+        }
+        let mut undecodable = self.undecodable.write();
+        for names in undecodable.values_mut() {
+            names.retain(|(slot, _)| *slot != K::SLOT);
+        }
+        undecodable.retain(|_, names| !names.is_empty());
+        drop(undecodable);
+        self.listed(K::SLOT);
     }
 
     /// How many objects of the four namespaced kinds the index holds.

@@ -44,7 +44,7 @@ async fn make_project(backing: &Client, hub: &Client, i: usize) {
     let uid = Api::<Namespace>::all(backing.clone()).get(&ns).await.expect("ns").metadata.uid.expect("uid");
     namespace(hub, &format!("ns-{uid}"), &[("meta.datumapis.com/upstream-cluster-name", &format!("cluster-{name}"))])
         .await;
-    if i % 5 == 0 {
+    if i.is_multiple_of(5) {
         let labels = json!({PROJECT_LABEL: name, "app": "web"});
         let address = format!("fd20:{:x}::1", i + 1);
         let objects = [
@@ -155,12 +155,12 @@ async fn fleet() {
         let started = Instant::now();
         ready(&backing, engaged..*step).await;
         let took = all_whole(&pod, *step as u64, Duration::from_secs(600)).await;
+        let whole_after = started.elapsed();
         engaged = *step;
         tokio::time::sleep(Duration::from_secs(5)).await;
         let (rss, socks) = (rss_mib(&pod.process), sockets(&pod));
         eprintln!(
-            "fleet: {step} projects whole {:?} after they turned Ready ({took:?} waiting): RSS {rss} MiB, {socks} sockets",
-            started.elapsed()
+            "fleet: {step} projects whole {whole_after:?} after they began turning Ready ({took:?} after the last): RSS {rss} MiB, {socks} sockets"
         );
         samples.push((*step, rss, socks));
     }
