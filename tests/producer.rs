@@ -123,6 +123,7 @@ fn start(
         leader,
         metrics: Arc::new(Metrics::new()),
         recorder,
+        mismatched: Mutex::default(),
     };
     Harness { producer, project_log, hub_log, _triggers: triggers }
 }
@@ -399,4 +400,17 @@ async fn an_idle_project_is_watched_with_two_watches() {
     let watched: std::collections::BTreeSet<String> =
         h.project_log.lock().expect("log").iter().filter(|s| s.is_watch()).map(|s| s.path().to_owned()).collect();
     assert_eq!(watched, [HTTPPROXIES, NAMESPACES].map(str::to_owned).into_iter().collect());
+}
+
+/// One name per project: a hub namespace whose project label names another project than the one
+/// writing its record (a kubeconfig file named otherwise) is said and counted: the evidence for
+/// its copies goes by the label, so they would never be deleted.
+#[tokio::test]
+async fn a_hub_namespace_labelled_for_another_project_is_counted() {
+    let labelled = json!({"metadata": {"name": "ns-u1", "resourceVersion": "1",
+        "labels": {"meta.datumapis.com/upstream-cluster-name": "cluster-other"}}});
+    let h = start(project(None, None), vec![(NAMESPACES, Some(vec![labelled])), (RECORDS, Some(vec![]))]);
+    until("project and hub synced", || project_synced(&h) && h.producer.view.synced()).await;
+    assert_eq!(h.producer.pass(&[Trigger::Hub(Change::All)]).await, [Written::Applied]);
+    assert!(h.producer.metrics.encode().contains("edgegate_producer_label_mismatches 1"));
 }

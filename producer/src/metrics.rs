@@ -32,6 +32,7 @@ pub struct Metrics {
     leader: Gauge,
     /// With --prune: hub namespaces whose due deletions wait, by why.
     held: Family<HeldLabels, Gauge>,
+    mismatched: Gauge,
 }
 
 /// `{reason}` of [`crate::evidence::Held`].
@@ -75,6 +76,11 @@ impl Metrics {
             "producer_prune_held_namespaces",
             "With --prune: hub namespaces whose due copies are kept, by reason: unwatched (no engaged project owns the namespace), incomplete (its project not whole for --withdraw-after + --grace), unwritten (its record's last write failed), served (an address is served again)",
         );
+        let mismatched = registered(
+            &mut registry,
+            "producer_label_mismatches",
+            "Hub namespaces whose project label (meta.datumapis.com/upstream-cluster-name) names another project than the one whose record is written there",
+        );
         // Every result from the start, at 0: an alert on increase() sees the first one.
         for result in crate::producer::Written::COUNTED.map(crate::producer::Written::label) {
             let _ = writes.get_or_create(&ResultLabels { result });
@@ -89,6 +95,7 @@ impl Metrics {
             recompute,
             leader,
             held,
+            mismatched,
         }
     }
 
@@ -138,6 +145,10 @@ impl Metrics {
             let count = held.get(&why).copied().unwrap_or_default();
             self.held.get_or_create(&HeldLabels { reason: why.label() }).set(i64::try_from(count).unwrap_or(i64::MAX));
         }
+    }
+
+    pub fn set_mismatched(&self, count: usize) {
+        self.mismatched.set(i64::try_from(count).unwrap_or(i64::MAX));
     }
 
     pub fn encode(&self) -> String {

@@ -142,6 +142,8 @@ pub struct Producer {
     pub leader: Leadership,
     pub metrics: Arc<Metrics>,
     pub recorder: Recorder,
+    /// Hub namespaces whose project label names another project than the one writing them.
+    pub mismatched: Mutex<std::collections::BTreeSet<String>>,
 }
 
 impl Producer {
@@ -187,6 +189,7 @@ impl Producer {
             tracing::debug!(project, namespace, hub_namespace = hub_ns, "no hub namespace yet; nothing written");
             return Written::NoHubNamespace;
         }
+        self.check_label(project, namespace, &hub_ns);
         let started = Instant::now();
         let recent = self.unwritten.lock().recent(&hub_ns, clock::now());
         let (changed, before) = self
@@ -290,6 +293,27 @@ impl Producer {
                 Written::Error
             }
         }
+    }
+
+    /// Does the hub namespace's project label name this project? The evidence for its copies
+    /// goes by the label: one that names another project (a kubeconfig file named otherwise than
+    /// the project) keeps them for ever. Said once per hub namespace, and counted.
+    fn check_label(&self, project: &str, namespace: &str, hub_ns: &str) {
+        let Some(label) = self.view.upstream_cluster(hub_ns) else { return };
+        let agrees = label == edgegate::core::project::cluster_label(project);
+        let mut mismatched = self.mismatched.lock();
+        if agrees {
+            mismatched.remove(hub_ns);
+        } else if mismatched.insert(hub_ns.to_owned()) {
+            tracing::warn!(
+                project,
+                namespace,
+                hub_namespace = hub_ns,
+                label,
+                "the hub namespace's project label names another project: name the project as the label does (its kubeconfig file, or Milo's Project), or its copies are never deleted"
+            );
+        }
+        self.metrics.set_mismatched(mismatched.len());
     }
 
     /// Server-side apply of the record's addresses.

@@ -110,6 +110,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         leader: controller.leader.clone(),
         metrics: Arc::clone(&metrics),
         recorder,
+        mismatched: Mutex::default(),
     };
     let (pruner, evidence) = match pruning {
         Some((parts, evidence)) => (Some(parts), evidence),
