@@ -241,3 +241,79 @@ mod tests {
         assert_eq!(project_path("/api/v1/namespaces"), None);
     }
 }
+
+/// What a Milo world is made of, for the suites that use the stand-in.
+pub mod world {
+    use kube::api::{ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams};
+    use kube::{Api, Client};
+    use serde_json::json;
+
+    use super::PROJECT_LABEL;
+    use crate::control_plane::ControlPlane;
+    use crate::helpers::{namespace, repo};
+
+    /// The project kinds' CRDs and Milo's `Project` CRD on the stand-in's API server.
+    pub fn install_crds(cp: &ControlPlane) {
+        for file in ["tests/crds/project.yaml", "tests/crds/milo.yaml"] {
+            let out = std::process::Command::new("kubectl")
+                .arg(format!("--kubeconfig={}", cp.kubeconfig.display()))
+                .args(["apply", "--server-side", "-f"])
+                .arg(repo().join(file))
+                .output()
+                .expect("kubectl");
+            assert!(out.status.success(), "applying {file}: {}", String::from_utf8_lossy(&out.stderr));
+        }
+    }
+
+    /// Milo's `Project`s at the root.
+    pub fn projects(backing: &Client) -> Api<DynamicObject> {
+        let gvk = GroupVersionKind::gvk("resourcemanager.miloapis.com", "v1alpha1", "Project");
+        Api::all_with(backing.clone(), &ApiResource::from_gvk_with_plural(&gvk, "projects"))
+    }
+
+    /// Project `name` at Milo's root, with its Ready condition `ready` when given.
+    pub async fn project(backing: &Client, name: &str, ready: Option<&str>) {
+        let api = projects(backing);
+        let body = json!({"apiVersion": "resourcemanager.miloapis.com/v1alpha1", "kind": "Project", "metadata": {"name": name}});
+        api.patch(name, &PatchParams::apply("milo").force(), &Patch::Apply(&body)).await.expect("Project");
+        if let Some(ready) = ready {
+            let status = json!({"apiVersion": "resourcemanager.miloapis.com/v1alpha1", "kind": "Project", "metadata": {"name": name},
+                "status": {"conditions": [{"type": "Ready", "status": ready, "reason": "Test", "message": "",
+                                           "lastTransitionTime": "2026-12-05T00:00:00Z"}]}});
+            api.patch_status(name, &PatchParams::apply("milo").force(), &Patch::Apply(&status))
+                .await
+                .expect("Project status");
+        }
+    }
+
+    /// Namespace `ns` of project `p`, serving `address` (proxy → service → held interface) when
+    /// given, every object labelled for `p`; its hub namespace labelled `cluster-<p>`, returned.
+    pub async fn project_namespace(backing: &Client, hub: &Client, p: &str, ns: &str, address: Option<&str>) -> String {
+        namespace(backing, ns, &[(PROJECT_LABEL, p)]).await;
+        let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(backing.clone());
+        let uid = namespaces.get(ns).await.expect("ns").metadata.uid.expect("uid");
+        let hub_ns = format!("ns-{uid}");
+        namespace(hub, &hub_ns, &[("meta.datumapis.com/upstream-cluster-name", &format!("cluster-{p}"))]).await;
+        let Some(address) = address else { return hub_ns };
+        let labels = json!({PROJECT_LABEL: p, "app": "web"});
+        let selector = json!({"matchLabels": {"app": "web"}});
+        let objects = [
+            (
+                "NetworkService",
+                json!({"metadata": {"labels": labels}, "spec": {"networkInterfaces": {"selector": selector}}}),
+            ),
+            (
+                "NetworkInterface",
+                json!({"metadata": {"labels": labels}, "spec": {"addresses": [{"address": address}]}, "status": {"phase": "Bound"}}),
+            ),
+            (
+                "HTTPProxy",
+                json!({"metadata": {"labels": labels}, "spec": {"rules": [{"backends": [{"networkService": {"name": "web"}}]}]}}),
+            ),
+        ];
+        for (kind, body) in objects {
+            crate::soak::project::put(backing, ns, kind, "web", body).await.expect("project object");
+        }
+        hub_ns
+    }
+}

@@ -89,6 +89,28 @@ pub async fn add_project(hub: &ControlPlane, render: &Render, name: &str, projec
     set_project(hub, name, &kubeconfig).await;
 }
 
+/// deploy/ with the producer reading Milo (components/producer, components/producer-milo, enforcing,
+/// the dev certificate) rendered as kustomization `name`, applied to `hub` (but its admission
+/// configurations), and Milo handed over ([`hand_milo_over`]).
+pub async fn install_with_milo(
+    name: &str,
+    hub: &ControlPlane,
+    backing: &ControlPlane,
+    milo: &crate::milo::Milo,
+) -> Render {
+    let components = [
+        "components/dev-certs",
+        "components/producer",
+        "components/producer-milo",
+        "components/enforce",
+        "components/images",
+    ];
+    let render = Render::of(&crate::pod::kustomization_with(name, &["base"], &components, ""));
+    render.apply_but_admission(hub);
+    hand_milo_over(hub, &render, backing, milo).await;
+    render
+}
+
 /// With components/producer-milo: the producer's identity on Milo (the stand-in `milo` in front of
 /// `backing`), made as docs/producer.md says (the render's ClusterRoles `edgegate-producer-milo`
 /// and `edgegate-producer-project` bound to it), its kubeconfig the hub's Secret

@@ -10,67 +10,24 @@
 use std::time::Instant;
 
 use edgegate_system_tests::helpers::*;
-use edgegate_system_tests::milo::{Milo, PROJECT_LABEL};
-use edgegate_system_tests::pod::{Render, Rewrite, RunningPod, kustomization_with, run};
+use edgegate_system_tests::milo::{Milo, world};
+use edgegate_system_tests::pod::{Rewrite, RunningPod, run};
 use edgegate_system_tests::shipped;
 use futures::StreamExt;
-use kube::api::{DynamicObject, Patch, PatchParams};
-
-fn kubectl_apply(cp: &ControlPlane, file: &str) {
-    let out = std::process::Command::new("kubectl")
-        .arg(format!("--kubeconfig={}", cp.kubeconfig.display()))
-        .args(["apply", "--server-side", "-f"])
-        .arg(repo().join(file))
-        .output()
-        .expect("kubectl");
-    assert!(out.status.success(), "applying {file}: {}", String::from_utf8_lossy(&out.stderr));
-}
-
-fn gvk(group: &str, version: &str, kind: &str, plural: &str) -> kube::api::ApiResource {
-    kube::api::ApiResource::from_gvk_with_plural(&kube::api::GroupVersionKind::gvk(group, version, kind), plural)
-}
+use kube::api::{Patch, PatchParams};
 
 /// Project `p{i}`: its Project (not Ready yet), its namespace and, one in five, what serves an
 /// address; its hub namespace labelled for it.
 async fn make_project(backing: &Client, hub: &Client, i: usize) {
     let name = format!("p{i:05}");
-    let projects: Api<DynamicObject> =
-        Api::all_with(backing.clone(), &gvk("resourcemanager.miloapis.com", "v1alpha1", "Project", "projects"));
-    let body =
-        json!({"apiVersion": "resourcemanager.miloapis.com/v1alpha1", "kind": "Project", "metadata": {"name": name}});
-    projects.patch(&name, &PatchParams::apply("fleet").force(), &Patch::Apply(&body)).await.expect("Project");
-    let ns = format!("{name}-web");
-    namespace(backing, &ns, &[(PROJECT_LABEL, &name)]).await;
-    let uid = Api::<Namespace>::all(backing.clone()).get(&ns).await.expect("ns").metadata.uid.expect("uid");
-    namespace(hub, &format!("ns-{uid}"), &[("meta.datumapis.com/upstream-cluster-name", &format!("cluster-{name}"))])
-        .await;
-    if i.is_multiple_of(5) {
-        let labels = json!({PROJECT_LABEL: name, "app": "web"});
-        let address = format!("fd20:{:x}::1", i + 1);
-        let objects = [
-            (
-                "NetworkService",
-                json!({"metadata": {"labels": labels}, "spec": {"networkInterfaces": {"selector": {"matchLabels": {"app": "web"}}}}}),
-            ),
-            (
-                "NetworkInterface",
-                json!({"metadata": {"labels": labels}, "spec": {"addresses": [{"address": address}]}, "status": {"phase": "Bound"}}),
-            ),
-            (
-                "HTTPProxy",
-                json!({"metadata": {"labels": labels}, "spec": {"rules": [{"backends": [{"networkService": {"name": "web"}}]}]}}),
-            ),
-        ];
-        for (kind, body) in objects {
-            edgegate_system_tests::soak::project::put(backing, &ns, kind, "web", body).await.expect("object");
-        }
-    }
+    world::project(backing, &name, None).await;
+    let address = i.is_multiple_of(5).then(|| format!("fd20:{:x}::1", i + 1));
+    world::project_namespace(backing, hub, &name, &format!("{name}-web"), address.as_deref()).await;
 }
 
 /// Projects `range` turned Ready.
 async fn ready(backing: &Client, range: std::ops::Range<usize>) {
-    let projects: Api<DynamicObject> =
-        Api::all_with(backing.clone(), &gvk("resourcemanager.miloapis.com", "v1alpha1", "Project", "projects"));
+    let projects = world::projects(backing);
     futures::stream::iter(range)
         .for_each_concurrent(16, |i| {
             let projects = projects.clone();
@@ -119,24 +76,10 @@ async fn fleet() {
     let backing_cp = ControlPlane::own();
     let (hub, backing) = (hub_cp.client().await, backing_cp.client().await);
     install_crd(&hub).await;
-    kubectl_apply(&backing_cp, "tests/crds/project.yaml");
-    kubectl_apply(&backing_cp, "tests/crds/milo.yaml");
+    world::install_crds(&backing_cp);
     tokio::time::sleep(Duration::from_secs(3)).await;
     let milo = Milo::start(&backing_cp).await;
-    let render = Render::of(&kustomization_with(
-        "fleet",
-        &["base"],
-        &[
-            "components/dev-certs",
-            "components/producer",
-            "components/producer-milo",
-            "components/enforce",
-            "components/images",
-        ],
-        "",
-    ));
-    render.apply_but_admission(&hub_cp);
-    shipped::hand_milo_over(&hub_cp, &render, &backing_cp, &milo).await;
+    let render = shipped::install_with_milo("fleet", &hub_cp, &backing_cp, &milo).await;
 
     let made = Instant::now();
     futures::stream::iter(0..total)

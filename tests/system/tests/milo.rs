@@ -5,67 +5,14 @@
 //! and its own identity on Milo (the render's roles bound to it).
 
 use edgegate_system_tests::helpers::*;
-use edgegate_system_tests::milo::{Fault, Milo, PROJECT_LABEL};
-use edgegate_system_tests::pod::{Render, Rewrite, run};
+use edgegate_system_tests::milo::{Fault, Milo, PROJECT_LABEL, world};
+use edgegate_system_tests::pod::{Rewrite, run};
 use edgegate_system_tests::shipped;
 use edgegate_system_tests::soak::project::{put, resource};
-use kube::api::{DynamicObject, Patch, PatchParams};
+use kube::api::DynamicObject;
 
-fn kubectl_apply(cp: &ControlPlane, file: &str) {
-    let out = std::process::Command::new("kubectl")
-        .arg(format!("--kubeconfig={}", cp.kubeconfig.display()))
-        .args(["apply", "--server-side", "-f"])
-        .arg(repo().join(file))
-        .output()
-        .expect("kubectl");
-    assert!(out.status.success(), "applying {file}: {}", String::from_utf8_lossy(&out.stderr));
-}
-
-/// Project `name` at Milo's root, its Ready condition `ready`.
 async fn project(backing: &Client, name: &str, ready: &str) {
-    let api: Api<DynamicObject> = Api::all_with(backing.clone(), &milo_project());
-    let body =
-        json!({"apiVersion": "resourcemanager.miloapis.com/v1alpha1", "kind": "Project", "metadata": {"name": name}});
-    api.patch(name, &PatchParams::apply("milo").force(), &Patch::Apply(&body)).await.expect("Project");
-    let status = json!({"apiVersion": "resourcemanager.miloapis.com/v1alpha1", "kind": "Project", "metadata": {"name": name},
-        "status": {"conditions": [{"type": "Ready", "status": ready, "reason": "Test", "message": "",
-                                   "lastTransitionTime": "2026-12-05T00:00:00Z"}]}});
-    api.patch_status(name, &PatchParams::apply("milo").force(), &Patch::Apply(&status)).await.expect("Project status");
-}
-
-fn milo_project() -> kube::api::ApiResource {
-    kube::api::ApiResource::from_gvk_with_plural(
-        &kube::api::GroupVersionKind::gvk("resourcemanager.miloapis.com", "v1alpha1", "Project"),
-        "projects",
-    )
-}
-
-/// A namespace of project `p` serving `address` (proxy → service → held interface), every object
-/// labelled for `p`, and its hub namespace labelled `cluster-<p>`; returns the hub namespace.
-async fn served(backing: &Client, hub: &Client, p: &str, ns: &str, address: &str) -> String {
-    namespace(backing, ns, &[(PROJECT_LABEL, p)]).await;
-    let uid = Api::<Namespace>::all(backing.clone()).get(ns).await.expect("ns").metadata.uid.expect("uid");
-    let hub_ns = format!("ns-{uid}");
-    namespace(hub, &hub_ns, &[("meta.datumapis.com/upstream-cluster-name", &format!("cluster-{p}"))]).await;
-    let labels = json!({PROJECT_LABEL: p, "app": "web"});
-    let objects = [
-        (
-            "NetworkService",
-            json!({"metadata": {"labels": labels}, "spec": {"networkInterfaces": {"selector": {"matchLabels": {"app": "web"}}}}}),
-        ),
-        (
-            "NetworkInterface",
-            json!({"metadata": {"labels": labels}, "spec": {"addresses": [{"address": address}]}, "status": {"phase": "Bound"}}),
-        ),
-        (
-            "HTTPProxy",
-            json!({"metadata": {"labels": labels}, "spec": {"rules": [{"backends": [{"networkService": {"name": "web"}}]}]}}),
-        ),
-    ];
-    for (kind, body) in objects {
-        put(backing, ns, kind, "web", body).await.expect("project object");
-    }
-    hub_ns
+    world::project(backing, name, Some(ready)).await;
 }
 
 async fn record(hub: &Client, hub_ns: &str) -> Option<Vec<String>> {
@@ -82,9 +29,8 @@ async fn projects_discovered_from_milo_each_on_its_own() {
     let backing_cp = ControlPlane::own();
     let (hub, backing) = (hub_cp.client().await, backing_cp.client().await);
     install_crd(&hub).await;
-    kubectl_apply(&backing_cp, "tests/crds/project.yaml");
-    kubectl_apply(&backing_cp, "tests/crds/milo.yaml");
-    let projects: Api<DynamicObject> = Api::all_with(backing.clone(), &milo_project());
+    world::install_crds(&backing_cp);
+    let projects = world::projects(&backing);
     let proxies: Api<DynamicObject> = Api::all_with(backing.clone(), &resource("HTTPProxy", "httpproxies"));
     eventually(Duration::from_secs(30), "Milo's CRDs served", async || {
         projects.list(&Default::default()).await.is_ok() && proxies.list(&Default::default()).await.is_ok()
@@ -92,24 +38,11 @@ async fn projects_discovered_from_milo_each_on_its_own() {
     .await;
     let milo = Milo::start(&backing_cp).await;
 
-    let render = Render::of(&edgegate_system_tests::pod::kustomization_with(
-        "milo",
-        &["base"],
-        &[
-            "components/dev-certs",
-            "components/producer",
-            "components/producer-milo",
-            "components/enforce",
-            "components/images",
-        ],
-        "",
-    ));
-    render.apply_but_admission(&hub_cp);
-    shipped::hand_milo_over(&hub_cp, &render, &backing_cp, &milo).await;
+    let render = shipped::install_with_milo("milo", &hub_cp, &backing_cp, &milo).await;
     project(&backing, "alpha", "True").await;
     project(&backing, "beta", "False").await;
-    let a = served(&backing, &hub, "alpha", "alpha-web", "fd20:0:a1::1").await;
-    let b = served(&backing, &hub, "beta", "beta-web", "fd20:0:b1::1").await;
+    let a = world::project_namespace(&backing, &hub, "alpha", "alpha-web", Some("fd20:0:a1::1")).await;
+    let b = world::project_namespace(&backing, &hub, "beta", "beta-web", Some("fd20:0:b1::1")).await;
 
     let started = Instant::now();
     let pod = run(&hub_cp, &render, "edgegate-producer", 0, &[Rewrite::ListenAddress, Rewrite::MountPath]).await;
