@@ -14,7 +14,6 @@ use edgegate_system_tests::milo::{Milo, world};
 use edgegate_system_tests::pod::{Rewrite, RunningPod, run};
 use edgegate_system_tests::shipped;
 use futures::StreamExt;
-use kube::api::{Patch, PatchParams};
 
 /// Project `p{i}`: its Project (not Ready yet), its namespace and, one in five, what serves an
 /// address; its hub namespace labelled for it.
@@ -25,20 +24,11 @@ async fn make_project(backing: &Client, hub: &Client, i: usize) {
     world::project_namespace(backing, hub, &name, &format!("{name}-web"), address.as_deref()).await;
 }
 
-/// Projects `range` turned Ready.
-async fn ready(backing: &Client, range: std::ops::Range<usize>) {
-    let projects = world::projects(backing);
+/// Projects `range` turned Ready (`True`) or not (`False`: Milo's control plane for them not
+/// serving).
+async fn set_ready(backing: &Client, range: std::ops::Range<usize>, ready: &str) {
     futures::stream::iter(range)
-        .for_each_concurrent(16, |i| {
-            let projects = projects.clone();
-            async move {
-                let name = format!("p{i:05}");
-                let status = json!({"apiVersion": "resourcemanager.miloapis.com/v1alpha1", "kind": "Project", "metadata": {"name": name},
-                    "status": {"conditions": [{"type": "Ready", "status": "True", "reason": "Ready", "message": "",
-                                               "lastTransitionTime": "2026-12-05T00:00:00Z"}]}});
-                projects.patch_status(&name, &PatchParams::apply("fleet").force(), &Patch::Apply(&status)).await.expect("Ready");
-            }
-        })
+        .for_each_concurrent(16, |i| async move { world::project(backing, &format!("p{i:05}"), Some(ready)).await })
         .await;
 }
 
@@ -96,7 +86,7 @@ async fn fleet() {
     let mut samples = Vec::new();
     for step in &steps {
         let started = Instant::now();
-        ready(&backing, engaged..*step).await;
+        set_ready(&backing, engaged..*step, "True").await;
         let took = all_whole(&pod, *step as u64, Duration::from_secs(600)).await;
         let whole_after = started.elapsed();
         engaged = *step;
@@ -119,6 +109,29 @@ async fn fleet() {
         let sockets_per = (last.2.saturating_sub(first.2)) as f64 / (last.0 - first.0).max(1) as f64;
         eprintln!("fleet: per project ({} → {}): {slope_kib:.0} KiB of RSS, {sockets_per:.2} sockets", first.0, last.0);
     }
+
+    let scrape = metrics(&pod.process);
+    let series = scrape.lines().filter(|l| !l.starts_with('#') && !l.trim().is_empty()).count();
+    eprintln!("fleet: metric series at {total} projects: {series}");
+
+    // Engaged and let go again and again: half the projects not Ready, then Ready, ten times; the
+    // memory after the tenth against after the first.
+    let half = total / 2;
+    let mut after = Vec::new();
+    for cycle in 1..=10 {
+        set_ready(&backing, 0..half, "False").await;
+        all_whole(&pod, (total - half) as u64, Duration::from_secs(600)).await;
+        set_ready(&backing, 0..half, "True").await;
+        all_whole(&pod, total as u64, Duration::from_secs(600)).await;
+        if cycle == 1 || cycle == 10 {
+            tokio::time::sleep(Duration::from_secs(5)).await;
+            after.push(rss_mib(&pod.process));
+        }
+    }
+    eprintln!(
+        "fleet: {half} projects let go and engaged again ×10: RSS after the 1st {} MiB, after the 10th {} MiB",
+        after[0], after[1]
+    );
 
     // Cold: a new Pod engaging every project at once.
     drop(pod);
