@@ -328,6 +328,7 @@ async fn a_project_that_cannot_be_read_holds_only_its_own_copies() {
     let evidence = Evidence::new(
         Arc::clone(&h.producer.view),
         Arc::clone(&h.producer.projects),
+        Arc::default(),
         Arc::clone(&h.producer.unwritten),
         Arc::clone(&h.producer.failing),
         Duration::ZERO,
@@ -354,6 +355,7 @@ async fn a_project_that_cannot_be_read_holds_only_its_own_copies() {
     let long = Evidence::new(
         Arc::clone(&h.producer.view),
         Arc::clone(&h.producer.projects),
+        Arc::default(),
         Arc::clone(&h.producer.unwritten),
         Arc::clone(&h.producer.failing),
         Duration::from_secs(3600),

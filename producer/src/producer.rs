@@ -135,8 +135,8 @@ pub struct Producer {
     /// lack what serves, so no copy there is deleted ([`crate::evidence`]) until a write
     /// succeeds; each is tried again after [`retry_after`].
     pub failing: Arc<Mutex<HashMap<String, u32>>>,
-    /// Where a hub namespace is asked to be recomputed once a held address is due to leave, and
-    /// a pass over everything after a failed write.
+    /// Where a hub namespace is asked to be recomputed once a held address is due to leave, or
+    /// its failed write is to be tried again.
     pub again: Option<Later<Trigger>>,
     /// Whether this replica may write now.
     pub leader: Leadership,
@@ -465,6 +465,8 @@ impl Producer {
                 .collect();
             self.end_withdrawals(|ns| !live.contains(ns));
             self.unwritten.lock().retain(|ns| live.contains(ns));
+            self.failing.lock().retain(|ns, _| live.contains(ns));
+            self.mismatched.lock().retain(|ns| live.contains(ns));
         }
         let mut seen = BTreeSet::new();
         let mut outcomes = Vec::new();

@@ -1,4 +1,4 @@
-//! Wiring: the hub client and its two watches, one client and five watches per engaged project,
+//! Wiring: the hub client and its watches, a client and two to five watches per engaged project,
 //! the Lease, the admin listener, signals.
 
 use std::collections::{BTreeMap, HashMap};
@@ -86,6 +86,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
                 let made = Arc::new(Evidence::new(
                     Arc::clone(&view),
                     Arc::clone(&engaged.projects),
+                    Arc::clone(&engaged.clients),
                     Arc::clone(&unwritten),
                     Arc::clone(&failing),
                     args.withdraw_after + args.deletion.grace,
@@ -202,6 +203,8 @@ fn forward(
 #[derive(Clone)]
 pub struct Engaged {
     pub projects: Projects,
+    /// Each engaged project's client, for a live look before a deletion ([`crate::evidence`]).
+    pub clients: Arc<parking_lot::RwLock<HashMap<String, Client>>>,
     tasks: Arc<Mutex<HashMap<String, Vec<JoinHandle<()>>>>>,
     triggers: mpsc::UnboundedSender<Trigger>,
     shutdown: CancellationToken,
@@ -209,7 +212,7 @@ pub struct Engaged {
 
 impl Engaged {
     pub fn new(projects: Projects, triggers: mpsc::UnboundedSender<Trigger>, shutdown: &CancellationToken) -> Self {
-        Engaged { projects, tasks: Arc::default(), triggers, shutdown: shutdown.clone() }
+        Engaged { projects, clients: Arc::default(), tasks: Arc::default(), triggers, shutdown: shutdown.clone() }
     }
 
     /// Start a project's watches (HTTPProxy and Namespace; the kinds its proxies read as they
@@ -219,6 +222,7 @@ impl Engaged {
         // Unbounded: a watch handler must not wait; the project's task moves each change on as
         // it comes.
         let (tx, mut rx) = mpsc::unbounded_channel();
+        self.clients.write().insert(name.to_owned(), client.clone());
         let mut watches = ProjectWatches {
             always: Vec::new(),
             services: None,
@@ -236,7 +240,7 @@ impl Engaged {
         // task (and with it every watch of the project) runs until the project is disengaged.
         let task = tokio::spawn(async move {
             while let Some(change) = rx.recv().await {
-                watches.reconcile();
+                watches.reconcile().await;
                 if to.send(Trigger::Project(project.clone(), change)).is_err() {
                     return;
                 }
@@ -252,6 +256,7 @@ impl Engaged {
     /// Stop a project's watches; its records stay as they are.
     pub fn disengage(&self, name: &str) {
         self.projects.write().remove(name);
+        self.clients.write().remove(name);
         if let Some(tasks) = self.tasks.lock().remove(name) {
             tasks.iter().for_each(JoinHandle::abort);
         }
@@ -315,38 +320,48 @@ impl ProjectWatches {
         ];
     }
 
-    /// Start or stop the kinds the proxies need now (nothing before the proxies have listed).
-    fn reconcile(&mut self) {
+    /// Start or stop the kinds the proxies need now (nothing before the proxies have listed). A
+    /// watch stopped is awaited before its kind is dropped from the index, so nothing it
+    /// delivered comes after; if a proxy needs the kind again meanwhile, it is started again.
+    async fn reconcile(&mut self) {
         let Some(needs) = self.index.needs() else { return };
-        match (needs.services, self.services.is_some()) {
-            (true, false) => {
-                self.index.start_watching::<NetworkService>();
-                self.index.start_watching::<NetworkInterface>();
-                self.services = Some([self.watch::<NetworkService>(), self.watch::<NetworkInterface>()]);
-                tracing::debug!(of = %self.of, "watching NetworkServices and NetworkInterfaces");
+        if needs.services && self.services.is_none() {
+            self.start_services();
+        } else if !needs.services && (self.services.is_some() || !self.decided) {
+            for task in self.services.take().into_iter().flatten() {
+                task.abort();
+                let _ = task.await;
             }
-            (false, true) | (false, false) if self.services.is_some() || !self.decided => {
-                self.services.take().into_iter().flatten().for_each(|t| t.abort());
-                self.index.stop_watching::<NetworkService>();
-                self.index.stop_watching::<NetworkInterface>();
+            let stopped = self.index.stop_watching::<NetworkService>() & self.index.stop_watching::<NetworkInterface>();
+            if !stopped {
+                self.start_services();
             }
-            _ => {}
         }
-        match (needs.slices, self.slices.is_some()) {
-            (true, false) => {
-                self.index.start_watching::<Slice>();
-                self.slices = Some(self.watch::<Slice>());
-                tracing::debug!(of = %self.of, "watching EndpointSlices");
+        if needs.slices && self.slices.is_none() {
+            self.start_slices();
+        } else if !needs.slices && (self.slices.is_some() || !self.decided) {
+            if let Some(task) = self.slices.take() {
+                task.abort();
+                let _ = task.await;
             }
-            (false, true) | (false, false) if self.slices.is_some() || !self.decided => {
-                if let Some(task) = self.slices.take() {
-                    task.abort();
-                }
-                self.index.stop_watching::<Slice>();
+            if !self.index.stop_watching::<Slice>() {
+                self.start_slices();
             }
-            _ => {}
         }
         self.decided = true;
+    }
+
+    fn start_services(&mut self) {
+        self.index.start_watching::<NetworkService>();
+        self.index.start_watching::<NetworkInterface>();
+        self.services = Some([self.watch::<NetworkService>(), self.watch::<NetworkInterface>()]);
+        tracing::debug!(of = %self.of, "watching NetworkServices and NetworkInterfaces");
+    }
+
+    fn start_slices(&mut self) {
+        self.index.start_watching::<Slice>();
+        self.slices = Some(self.watch::<Slice>());
+        tracing::debug!(of = %self.of, "watching EndpointSlices");
     }
 }
 
@@ -359,7 +374,7 @@ impl Drop for ProjectWatches {
 /// Engage a project per kubeconfig in `dir`, and follow the directory: files added, changed or
 /// removed engage, re-engage or disengage their project. A file is compared by its content: a
 /// kubelet rewrites every file of a Secret volume when any key changes (a project added), and a
-/// project whose kubeconfig did not change is not engaged again (its five watches listed anew).
+/// project whose kubeconfig did not change is not engaged again (its watches listed anew).
 async fn follow_projects_dir(dir: &Path, engaged: &Engaged) {
     let mut changes = edgegate::index::fs_watch::DirChanges::new();
     let mut watching = false;

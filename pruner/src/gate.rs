@@ -22,4 +22,10 @@ pub trait Gate: Send + Sync {
 
     /// How long deletions have waited for evidence; zero when none waits.
     fn held_for(&self) -> Duration;
+
+    /// Right before the DELETE, after [`allows`](Gate::allows): is the evidence still live (its
+    /// source answering now)? What is known from memory can be stale without knowing it.
+    fn confirm(&self, _deletion: &Deletion) -> futures::future::BoxFuture<'static, bool> {
+        Box::pin(std::future::ready(true))
+    }
 }

@@ -66,7 +66,7 @@ impl Metrics {
         let waiting_for_producer = registered(
             &mut registry,
             "prune_waiting_for_producer_seconds",
-            "How long due deletions have waited for evidence that their record is current (the producer's own view of their project with edgegate-producer --prune, its word with --producer-lease); 0 when none waits",
+            "How long due deletions have waited for evidence that their record is current (the producer's own view of their project, with edgegate-producer --prune); 0 when none waits",
         );
         // Every result from the start, at 0: an alert on rate() or increase() sees the first one.
         let results = crate::pruner::Outcome::ALL.map(crate::pruner::Outcome::label);

@@ -127,8 +127,8 @@ pub struct Pruner {
     pub grace: Grace,
     /// Where a namespace is asked to be passed over again, once a held copy becomes due.
     pub again: Option<Later<Change>>,
-    /// Evidence a due copy's record is a withdrawal ([`crate::gate`]): the producer's word
-    /// (`--producer-lease`), or the producer's own view of the copy's project when it prunes.
+    /// Evidence a due copy's record is a withdrawal ([`crate::gate`]): the producer's own view
+    /// of the copy's project, when it prunes (`edgegate-producer --prune`).
     pub gate: Option<Arc<dyn Gate>>,
     /// Whether this replica may delete now.
     pub leader: Leadership,
@@ -263,20 +263,22 @@ impl Pruner {
             }
             grace.due_at(&key)
         };
+        let current = self.copies.get(&planned.namespace, &planned.name)?;
+        let Some(now) = deletion(&self.records.lookup(&planned.namespace), &current, &self.selector) else {
+            tracing::info!(namespace = %planned.namespace, name = %planned.name, "copy is served again; kept");
+            return None;
+        };
+        // The evidence judges the copy as it is now (its addresses may have changed since it was
+        // planned), the one the DELETE's preconditions name.
         if let Some(gate) = &self.gate
-            && !due_at.is_some_and(|due| gate.allows(planned, due, clock::now()))
+            && !due_at.is_some_and(|due| gate.allows(&now, due, clock::now()))
         {
             if gate.wait(&planned.namespace) {
                 tracing::info!(namespace = %planned.namespace, name = %planned.name, "due; waiting for evidence that its record is current");
             }
             return None;
         }
-        let current = self.copies.get(&planned.namespace, &planned.name)?;
-        let now = deletion(&self.records.lookup(&planned.namespace), &current, &self.selector);
-        if now.is_none() {
-            tracing::info!(namespace = %planned.namespace, name = %planned.name, "copy is served again; kept");
-        }
-        now
+        Some(now)
     }
 
     /// Judge the copy again as it is now, wait for its turn, judge once more, then delete it
@@ -298,6 +300,17 @@ impl Pruner {
             Ok(true) => {}
             Ok(false) => return Outcome::Skipped,
             Err(()) => return Outcome::Error,
+        }
+        // The evidence confirmed live (a project cut off silently still looks whole in memory),
+        // and leadership again: both reads may have taken a while.
+        if let Some(gate) = &self.gate
+            && !gate.confirm(&now).await
+        {
+            gate.wait(&now.namespace);
+            return Outcome::Skipped;
+        }
+        if !self.may_delete() {
+            return Outcome::Skipped;
         }
         let (ns, name, addresses) = (&now.namespace, &now.name, &now.addresses);
         let params = DeleteParams {
@@ -329,8 +342,7 @@ impl Pruner {
     }
 
     /// Does the record, read now, still name none of the copy's addresses? The last look before
-    /// every DELETE: the watch may trail the hub (and the producer's word says its writes are
-    /// done, not that this replica's watch has seen them). A failed read keeps the copy and is
+    /// every DELETE: the watch may trail the hub. A failed read keeps the copy and is
     /// an error (`Err`): a read that is always refused (RBAC) must raise the deletions-failing
     /// alert, not pass for a copy judged again.
     async fn unnamed_as_read(&self, planned: &Deletion) -> Result<bool, ()> {

@@ -40,6 +40,9 @@ pub struct ProjectIndex {
     /// Objects that could not be decoded, by namespace, as (kind slot, name): what they would
     /// add to the answer is unknown, so their namespace is not answered.
     undecodable: RwLock<HashMap<String, BTreeSet<(usize, String)>>>,
+    /// Which of the kinds the proxies may read are watched now; changed, and checked against the
+    /// proxies, only under this lock ([`ProjectIndex::start_watching`]).
+    watching: Mutex<[bool; KINDS]>,
 }
 
 impl Default for ProjectIndex {
@@ -53,6 +56,7 @@ impl Default for ProjectIndex {
             whole_since: Mutex::default(),
             engagement: MADE.fetch_add(1, Ordering::Relaxed),
             undecodable: RwLock::default(),
+            watching: Mutex::default(),
         }
     }
 }
@@ -135,16 +139,26 @@ impl ProjectIndex {
         Some(needs(namespaces.values().flat_map(|ns| ns.proxies.values())))
     }
 
-    /// Kind `K` is watched from now on: the project is not synced (nothing written) until its
-    /// watch has listed. Its whole run goes on: until a proxy read the kind, nothing of it could
-    /// serve, so no gap in what was seen opens (a watch that fails is such a gap).
+    /// Kind `K` is watched from now on: the project is not synced (nothing written, no copy
+    /// deleted) until its watch has listed. Its whole run goes on: until a proxy read the kind,
+    /// nothing of it could serve, so no gap in what was seen opens (a watch that fails is one).
     pub fn start_watching<K: Indexed>(&self) {
+        let mut watching = self.watching.lock();
+        watching[K::SLOT] = true;
         self.synced[K::SLOT].store(false, Ordering::Release);
     }
 
-    /// Kind `K` is not watched (no proxy reads it): what the index held of it goes, and the kind
-    /// counts as whole, as an empty one would.
-    pub fn stop_watching<K: Indexed>(&self) {
+    /// Kind `K`'s watch has stopped (and ended: nothing it delivered comes after this). If no
+    /// proxy reads the kind now, what the index held of it goes and it counts as whole, as an
+    /// empty one would; true. If one does again (a proxy came meanwhile), the kind is not whole
+    /// until watched and listed again; false.
+    pub fn stop_watching<K: Indexed>(&self) -> bool {
+        let mut watching = self.watching.lock();
+        watching[K::SLOT] = false;
+        if self.needs().is_none_or(|needs| needed(needs, K::SLOT)) {
+            self.synced[K::SLOT].store(false, Ordering::Release);
+            return false;
+        }
         for ns in self.namespaces.write().values_mut() {
             K::map(ns).clear();
         }
@@ -155,6 +169,19 @@ impl ProjectIndex {
         undecodable.retain(|_, names| !names.is_empty());
         drop(undecodable);
         self.listed(K::SLOT);
+        true
+    }
+
+    /// The proxies changed: a kind they read now and that is not watched is not whole, at once,
+    /// before anyone reads the index (its watch is started next, by whoever reads the change).
+    fn require_needed(&self) {
+        let watching = self.watching.lock();
+        let Some(needs) = self.needs() else { return };
+        for slot in [NetworkService::SLOT, NetworkInterface::SLOT, Slice::SLOT] {
+            if needed(needs, slot) && !watching[slot] {
+                self.synced[slot].store(false, Ordering::Release);
+            }
+        }
     }
 
     /// How many objects of the four namespaced kinds the index holds.
@@ -208,6 +235,15 @@ impl Indexed for Slice {
 
 const NAMESPACE_SLOT: usize = 4;
 
+/// Does `needs` read the kind in `slot`?
+fn needed(needs: Needs, slot: usize) -> bool {
+    match slot {
+        s if s == NetworkService::SLOT || s == NetworkInterface::SLOT => needs.services,
+        s if s == Slice::SLOT => needs.slices,
+        _ => true,
+    }
+}
+
 /// Applies one kind's watch to a [`ProjectIndex`], and says which namespace each event touches.
 pub struct KindWriter {
     index: Arc<ProjectIndex>,
@@ -260,6 +296,15 @@ impl KindWriter {
     }
 }
 
+impl KindWriter {
+    /// After a change of kind `K`: if it was a proxy, what the proxies read may have changed.
+    fn proxies_changed<K: Indexed>(&self) {
+        if K::SLOT == HttpProxy::SLOT {
+            self.index.require_needed();
+        }
+    }
+}
+
 impl<K: Indexed> SnapshotSink<K> for KindWriter {
     fn replace(&mut self, list: Vec<K>, bad: Vec<InvalidObject>) {
         // Unreadable first: a namespace is never answered without its undecodable object known.
@@ -275,6 +320,7 @@ impl<K: Indexed> SnapshotSink<K> for KindWriter {
             }
         }
         self.index.listed(K::SLOT);
+        self.proxies_changed::<K>();
         let _ = self.changes.send(Change::All);
     }
 
@@ -282,6 +328,7 @@ impl<K: Indexed> SnapshotSink<K> for KindWriter {
         let (ns, name) = key(&object);
         self.set_undecodable(K::SLOT, &ns, &name, false);
         K::map(self.index.namespaces.write().entry(ns.clone()).or_default()).insert(name, object);
+        self.proxies_changed::<K>();
         let _ = self.changes.send(Change::Namespace(ns));
     }
 
@@ -327,6 +374,8 @@ impl SnapshotSink<NamespaceMeta> for KindWriter {
         if let Some(name) = object.metadata.name {
             self.index.uids.write().remove(&name);
             self.index.namespaces.write().remove(&name);
+            // Its proxies went with it: what the project's proxies read may have changed.
+            let _ = self.changes.send(Change::Namespace(name));
         }
     }
 
@@ -422,5 +471,43 @@ mod tests {
         slices.relist_started();
         slices.relist_done();
         assert_eq!(index.whole_for(before_failure), Some(Duration::ZERO), "the run starts again at the relist");
+    }
+
+    /// A proxy that comes to read a kind not watched makes the project not whole at once, in
+    /// the proxy watch's own write, before whoever starts the kind's watch has seen the change:
+    /// nothing is written, and no copy deleted, from a view that lacks what the proxy serves.
+    #[test]
+    fn a_proxy_needing_an_unwatched_kind_makes_the_project_not_whole_at_once() {
+        let index = Arc::new(ProjectIndex::default());
+        let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
+        let mut proxies: Whole<_, HttpProxy> = Whole::new(KindWriter::new(Arc::clone(&index), tx.clone()));
+        let mut namespaces: Whole<_, NamespaceMeta> = Whole::new(KindWriter::new(Arc::clone(&index), tx.clone()));
+        proxies.relist_started();
+        proxies.relist_done();
+        namespaces.relist_started();
+        namespaces.relist_done();
+        assert!(index.stop_watching::<NetworkService>() && index.stop_watching::<NetworkInterface>());
+        assert!(index.stop_watching::<Slice>());
+        assert!(index.synced(), "an idle project: two watches, whole");
+        let proxy: HttpProxy = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "web", "namespace": "a"},
+            "spec": {"rules": [{"backends": [{"networkService": {"name": "web"}}]}]},
+        }))
+        .expect("proxy");
+        proxies.applied(proxy);
+        assert!(!index.synced(), "not whole the moment the proxy is indexed");
+        // Stopping a kind a proxy reads again is refused, and leaves it not whole.
+        assert!(!index.stop_watching::<NetworkService>());
+        assert!(!index.synced());
+        index.start_watching::<NetworkService>();
+        index.start_watching::<NetworkInterface>();
+        let mut services: Whole<_, NetworkService> = Whole::new(KindWriter::new(Arc::clone(&index), tx.clone()));
+        let mut interfaces: Whole<_, NetworkInterface> = Whole::new(KindWriter::new(Arc::clone(&index), tx));
+        services.relist_started();
+        services.relist_done();
+        assert!(!index.synced(), "interfaces not listed yet");
+        interfaces.relist_started();
+        interfaces.relist_done();
+        assert!(index.synced(), "every kind the proxy reads listed");
     }
 }

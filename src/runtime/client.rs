@@ -111,8 +111,14 @@ impl PathClients {
         config.cluster_url = format!("{}{path}", base.trim_end_matches('/'))
             .parse()
             .with_context(|| format!("{path} is no path under {base}"))?;
+        // As kube's own stack: 429, 503 and 504 retried after the server's Retry-After (Milo
+        // paces a cold start of a thousand projects so).
+        let retry = config
+            .default_retry
+            .then(|| tower::retry::RetryLayer::new(kube::client::retry::RetryPolicy::server_retry()));
         let service = ServiceBuilder::new()
             .layer(config.base_uri_layer())
+            .option_layer(retry)
             .option_layer(config.auth_layer()?)
             .layer(config.extra_headers_layer()?)
             .map_err(tower::BoxError::from)
