@@ -118,6 +118,7 @@ fn start(
         force_ownership: false,
         withdrawals: Mutex::new(Hold::new(Duration::ZERO)),
         unwritten: Arc::new(Mutex::new(edgegate::core::unwritten::Unwritten::new(Duration::ZERO))),
+        served: Arc::new(Mutex::new(edgegate::core::unwritten::Unwritten::new(Duration::from_secs(5)))),
         failing: Arc::default(),
         again: None,
         leader,
@@ -329,8 +330,11 @@ async fn a_project_that_cannot_be_read_holds_only_its_own_copies() {
         Arc::clone(&h.producer.view),
         Arc::clone(&h.producer.projects),
         Arc::default(),
-        Arc::clone(&h.producer.unwritten),
-        Arc::clone(&h.producer.failing),
+        edgegate_producer::evidence::Memory {
+            unwritten: Arc::clone(&h.producer.unwritten),
+            served: Arc::clone(&h.producer.served),
+            failing: Arc::clone(&h.producer.failing),
+        },
         Duration::ZERO,
         edgegate::runtime::wakeups::Later::default(),
     );
@@ -351,13 +355,23 @@ async fn a_project_that_cannot_be_read_holds_only_its_own_copies() {
     h.producer.failing.lock().insert("ns-u1".into(), 1);
     assert_eq!(evidence.judge(&copy("ns-u1", "fd20::9"), now), Some(Held::Unwritten));
     h.producer.failing.lock().clear();
+    // An address in one of acme's answers until a moment ago, whatever its record said (it never
+    // named it: a hand edit, a replica not leading): kept until withdraw-after + grace (here 5 s)
+    // after it was last served. The 30-minute soak on 6e75812 deleted such copies 3.6 s after.
+    h.producer.served.lock().observe("ns-u1", &["fd20::7".to_owned()], now);
+    h.producer.served.lock().observe("ns-u1", &[], now + Duration::from_millis(100));
+    assert_eq!(evidence.judge(&copy("ns-u1", "fd20::7"), now + Duration::from_secs(4)), Some(Held::Served));
+    assert_eq!(evidence.judge(&copy("ns-u1", "fd20::7"), now + Duration::from_secs(6)), None);
     // Whole, but not for long enough to have seen all that served in the grace.
     let long = Evidence::new(
         Arc::clone(&h.producer.view),
         Arc::clone(&h.producer.projects),
         Arc::default(),
-        Arc::clone(&h.producer.unwritten),
-        Arc::clone(&h.producer.failing),
+        edgegate_producer::evidence::Memory {
+            unwritten: Arc::clone(&h.producer.unwritten),
+            served: Arc::clone(&h.producer.served),
+            failing: Arc::clone(&h.producer.failing),
+        },
         Duration::from_secs(3600),
         edgegate::runtime::wakeups::Later::default(),
     );

@@ -13,8 +13,9 @@
 //! - N's last write did not fail and its answer was not too large to write (the record would
 //!   then lack what serves);
 //! - nothing in that project namespace fails to decode;
-//! - the project's answer now, and what it served while nothing could be written, name none of
-//!   the copy's addresses (a write about to name one again may still be queued).
+//! - no answer of the project's seen within `--withdraw-after` + `--grace` named any of the
+//!   copy's addresses, nor does its answer now (whatever the record says: a record may not have
+//!   named an address that served, after a hand edit, a failed write, a replica not leading).
 //!
 //! - and, right before the DELETE, the project answers a read now ([`Gate::confirm`]): a project
 //!   cut off silently looks whole in memory until its watches time out.
@@ -93,13 +94,22 @@ struct Waiting {
     fresh: bool,
 }
 
+/// What the producer's writes remember, shared with the evidence (the producer's fields of the
+/// same names).
+#[derive(Clone)]
+pub struct Memory {
+    pub unwritten: Arc<Mutex<Unwritten>>,
+    /// Every answer seen, for `--withdraw-after` + `--grace` ([`crate::producer::Producer::served`]).
+    pub served: Arc<Mutex<Unwritten>>,
+    pub failing: Arc<Mutex<HashMap<String, u32>>>,
+}
+
 /// The producer's evidence, read by its in-process pruner ([`Gate`]).
 pub struct Evidence {
     pub view: Arc<HubView>,
     pub projects: Projects,
     pub clients: Clients,
-    pub unwritten: Arc<Mutex<Unwritten>>,
-    pub failing: Arc<Mutex<HashMap<String, u32>>>,
+    pub memory: Memory,
     /// `--withdraw-after` + `--grace`: how long a project must have been whole.
     pub whole_for: Duration,
     /// Where the pruner is asked to pass a namespace over again.
@@ -112,12 +122,11 @@ impl Evidence {
         view: Arc<HubView>,
         projects: Projects,
         clients: Clients,
-        unwritten: Arc<Mutex<Unwritten>>,
-        failing: Arc<Mutex<HashMap<String, u32>>>,
+        memory: Memory,
         whole_for: Duration,
         again: Later<Change>,
     ) -> Self {
-        Evidence { view, projects, clients, unwritten, failing, whole_for, again, waiting: Mutex::default() }
+        Evidence { view, projects, clients, memory, whole_for, again, waiting: Mutex::default() }
     }
 
     /// Why the copy must be kept now, if it must.
@@ -137,10 +146,11 @@ impl Evidence {
         if index.undecodable_in(&namespace) {
             return Some(Held::Incomplete);
         }
-        if self.failing.lock().contains_key(hub_ns) {
+        if self.memory.failing.lock().contains_key(hub_ns) {
             return Some(Held::Unwritten);
         }
-        let mut serving = self.unwritten.lock().recent(hub_ns, now);
+        let mut serving = self.memory.unwritten.lock().recent(hub_ns, now);
+        serving.extend(self.memory.served.lock().recent(hub_ns, now));
         serving.extend(index.reachable(&namespace).addresses);
         let serving = Record::from_entries(serving.iter().map(String::as_str));
         if deletion.addresses.iter().any(|a| serving.names(a)) {

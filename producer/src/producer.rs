@@ -131,6 +131,11 @@ pub struct Producer {
     /// What the answer named while nothing could be written: the next write names it too.
     /// Shared with the in-process pruner's evidence ([`crate::evidence`]).
     pub unwritten: Arc<Mutex<Unwritten>>,
+    /// Every answer seen (leading or not), each address kept for `--withdraw-after` + `--grace`
+    /// after it was last in one: the pruning keeps a copy whose address served that recently,
+    /// whatever its record says (a record that never named it: a hand edit, a write that failed,
+    /// a replica that did not lead).
+    pub served: Arc<Mutex<Unwritten>>,
     /// Hub namespaces whose last write failed, with how many times in a row: their records may
     /// lack what serves, so no copy there is deleted ([`crate::evidence`]) until a write
     /// succeeds; each is tried again after [`retry_after`].
@@ -166,6 +171,7 @@ impl Producer {
                 // named by the first write after, even if it has stopped serving by then.
                 let answer = index.reachable(namespace).addresses;
                 self.unwritten.lock().observe(&hub_ns, &answer, clock::now());
+                self.served.lock().observe(&hub_ns, &answer, clock::now());
             }
             return Written::Skipped;
         }
@@ -177,6 +183,7 @@ impl Producer {
             self.end_withdrawals(|ns| ns == hub_ns);
             let answer = index.reachable(namespace).addresses;
             self.unwritten.lock().observe(&hub_ns, &answer, clock::now());
+            self.served.lock().observe(&hub_ns, &answer, clock::now());
             tracing::debug!(
                 project,
                 namespace,
@@ -199,11 +206,16 @@ impl Producer {
         let answer = match changed {
             Some(answer) => answer,
             None if recent.is_empty() => {
+                // The answer is the record's addresses.
+                self.view.with_record(&hub_ns, |current| {
+                    self.served.lock().observe(&hub_ns, current.unwrap_or_default(), clock::now());
+                });
                 self.hold_withdrawals(&hub_ns, Vec::new());
                 return Written::Unchanged;
             }
             None => index.reachable(namespace),
         };
+        self.served.lock().observe(&hub_ns, &answer.addresses, clock::now());
         for (service, why) in &answer.bad_selectors {
             tracing::warn!(
                 project,
@@ -465,6 +477,7 @@ impl Producer {
                 .collect();
             self.end_withdrawals(|ns| !live.contains(ns));
             self.unwritten.lock().retain(|ns| live.contains(ns));
+            self.served.lock().retain(|ns| live.contains(ns));
             self.failing.lock().retain(|ns, _| live.contains(ns));
             self.mismatched.lock().retain(|ns| live.contains(ns));
         }

@@ -73,6 +73,8 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let metrics = Arc::new(Metrics::new().with_hub_token(&args.hub));
     let recorder = controller.recorder("edgegate-producer");
     let unwritten = Arc::new(Mutex::new(edgegate::core::unwritten::Unwritten::new(args.withdraw_after)));
+    let served =
+        Arc::new(Mutex::new(edgegate::core::unwritten::Unwritten::new(args.withdraw_after + args.deletion.grace)));
     let failing = Arc::default();
     // With --prune, the pruner runs here, on this Lease, asking this process's memory.
     let pruning = args.prune.then(|| {
@@ -87,8 +89,11 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
                     Arc::clone(&view),
                     Arc::clone(&engaged.projects),
                     Arc::clone(&engaged.clients),
-                    Arc::clone(&unwritten),
-                    Arc::clone(&failing),
+                    crate::evidence::Memory {
+                        unwritten: Arc::clone(&unwritten),
+                        served: Arc::clone(&served),
+                        failing: Arc::clone(&failing),
+                    },
                     args.withdraw_after + args.deletion.grace,
                     later,
                 ));
@@ -106,6 +111,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         force_ownership: args.force_ownership,
         withdrawals: Mutex::new(Hold::new(args.withdraw_after)),
         unwritten,
+        served,
         failing,
         again: Some(Later::default()),
         leader: controller.leader.clone(),

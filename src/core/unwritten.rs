@@ -1,5 +1,8 @@
-//! What the answer named while nothing could be written (the producer not leading, the hub not
-//! listed): the first write after names it too, so that an address which served during the gap
+//! When each address was last in a namespace's answer, kept for a window. The producer keeps two:
+//! what the answer named while nothing could be written (the producer not leading, the hub not
+//! listed), forgotten at the next write, and every answer seen, kept for `--withdraw-after` +
+//! `--grace` (its pruning keeps a copy whose address served within that: the record may not have
+//! named it, and a withdrawal is held that long). The first: the first write after names it too, so that an address which served during the gap
 //! leaves the record like any withdrawal, `--withdraw-after` after it was last seen, and not at
 //! once. Without it, a pod served only while the hub restarted would be withdrawn by the pruner
 //! as soon as the producer wrote again, though it had served a moment before.
@@ -40,12 +43,21 @@ impl Unwritten {
     /// What stopped serving `after` ago or longer is forgotten, so a replica that never leads
     /// holds only what serves and what just stopped.
     pub fn observe(&mut self, namespace: &str, answer: &[String], now: Instant) {
+        if answer.is_empty() && !self.seen.contains_key(namespace) {
+            return;
+        }
         let seen = self.seen.entry(namespace.to_owned()).or_default();
         for s in seen.values_mut().filter(|s| s.present) {
             *s = Seen { last: now, present: false };
         }
         for address in answer {
-            seen.insert(address.clone(), Seen { last: now, present: true });
+            // In place when known: the steady state allocates nothing.
+            match seen.get_mut(address) {
+                Some(s) => *s = Seen { last: now, present: true },
+                None => {
+                    seen.insert(address.clone(), Seen { last: now, present: true });
+                }
+            }
         }
         let after = self.after;
         seen.retain(|_, s| s.recent(now, after));
