@@ -326,18 +326,17 @@ async fn a_project_that_cannot_be_read_holds_only_its_own_copies() {
             && dark_log.lock().expect("log").iter().filter(|s| s.path() == NAMESPACES).count() >= 1
     })
     .await;
-    let evidence = Evidence::new(
-        Arc::clone(&h.producer.view),
-        Arc::clone(&h.producer.projects),
-        Arc::default(),
-        edgegate_producer::evidence::Memory {
+    // The producer's evidence, needing its project whole for `whole_for`.
+    let evidence_for = |whole_for: Duration| {
+        let memory = edgegate_producer::evidence::Memory {
             unwritten: Arc::clone(&h.producer.unwritten),
             served: Arc::clone(&h.producer.served),
             failing: Arc::clone(&h.producer.failing),
-        },
-        Duration::ZERO,
-        edgegate::runtime::wakeups::Later::default(),
-    );
+        };
+        let (view, projects) = (Arc::clone(&h.producer.view), Arc::clone(&h.producer.projects));
+        Evidence::new(view, projects, Arc::default(), memory, whole_for, edgegate::runtime::wakeups::Later::default())
+    };
+    let evidence = evidence_for(Duration::ZERO);
     let copy = |ns: &str, address: &str| Deletion {
         namespace: ns.into(),
         name: "web".into(),
@@ -363,18 +362,7 @@ async fn a_project_that_cannot_be_read_holds_only_its_own_copies() {
     assert_eq!(evidence.judge(&copy("ns-u1", "fd20::7"), now + Duration::from_secs(4)), Some(Held::Served));
     assert_eq!(evidence.judge(&copy("ns-u1", "fd20::7"), now + Duration::from_secs(6)), None);
     // Whole, but not for long enough to have seen all that served in the grace.
-    let long = Evidence::new(
-        Arc::clone(&h.producer.view),
-        Arc::clone(&h.producer.projects),
-        Arc::default(),
-        edgegate_producer::evidence::Memory {
-            unwritten: Arc::clone(&h.producer.unwritten),
-            served: Arc::clone(&h.producer.served),
-            failing: Arc::clone(&h.producer.failing),
-        },
-        Duration::from_secs(3600),
-        edgegate::runtime::wakeups::Later::default(),
-    );
+    let long = evidence_for(Duration::from_secs(3600));
     assert_eq!(long.judge(&copy("ns-u1", "fd20::9"), now), Some(Held::Incomplete));
 }
 

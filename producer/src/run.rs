@@ -13,7 +13,7 @@ use edgegate::core::hold::Hold;
 use edgegate::core::project::{HttpProxy, NamespaceMeta, NetworkInterface, NetworkService};
 use edgegate::index::Change;
 use edgegate::index::hub::{HubView, HubWriter};
-use edgegate::index::project::{Indexed, KindWriter, ProjectIndex};
+use edgegate::index::project::{KindWriter, ProjectIndex};
 use edgegate::index::source::follow::{PROJECT_WATCH_TIMEOUT_SECS, WATCH_TIMEOUT_SECS, WatchSink, Whole, follow};
 use edgegate::runtime::admin::Probes;
 use edgegate::runtime::controller::Controller;
@@ -298,8 +298,9 @@ struct ProjectWatches {
 }
 
 impl ProjectWatches {
-    fn watch<K: Indexed + Clone + DeserializeOwned + std::fmt::Debug + Send + 'static>(&self) -> JoinHandle<()>
+    fn watch<K>(&self) -> JoinHandle<()>
     where
+        K: kube::Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug + Send + 'static,
         KindWriter: edgegate::index::source::follow::SnapshotSink<K>,
     {
         let writer = Whole::new(KindWriter::new(Arc::clone(&self.index), self.tx.clone()));
@@ -313,17 +314,7 @@ impl ProjectWatches {
     }
 
     fn start_always(&mut self) {
-        let namespaces = Whole::new(KindWriter::new(Arc::clone(&self.index), self.tx.clone()));
-        self.always = vec![
-            self.watch::<HttpProxy>(),
-            spawn_follow::<NamespaceMeta, _>(
-                &self.of,
-                Api::all(self.client.clone()),
-                namespaces,
-                PROJECT_WATCH_TIMEOUT_SECS,
-                &self.shutdown,
-            ),
-        ];
+        self.always = vec![self.watch::<HttpProxy>(), self.watch::<NamespaceMeta>()];
     }
 
     /// Start or stop the kinds the proxies need now (nothing before the proxies have listed). A

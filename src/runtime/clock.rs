@@ -1,5 +1,5 @@
 //! The time the timing rules read (the pruner's grace and pacing, the producer's withdraw-after,
-//! the producer's word, Lease deadlines, the staleness bound): tokio's clock, so a test on a
+//! Lease deadlines, the staleness bound): tokio's clock, so a test on a
 //! paused runtime (`#[tokio::test(start_paused = true)]`) moves it without sleeping. Anywhere
 //! else it is the monotonic clock, as `Instant::now()` is. Durations measured for metrics keep the
 //! real clock.
