@@ -44,6 +44,17 @@ pub struct Args {
     #[arg(long, env = "EDGEGATE_MILO_KUBECONFIG")]
     pub milo_kubeconfig: Option<PathBuf>,
 
+    /// At most this many lists of project objects in flight at once, for every project together
+    /// (a cold start of a thousand projects, a failover, Milo coming back).
+    #[arg(long, env = "EDGEGATE_PROJECT_LISTS_IN_FLIGHT", default_value_t = 16, value_parser = clap::value_parser!(u16).range(1..))]
+    pub project_lists_in_flight: u16,
+
+    /// Start at most this many lists of project objects a second, for every project together
+    /// (each list is followed by a long watch: about twice this many requests a second at a cold
+    /// start). 0: unpaced.
+    #[arg(long, env = "EDGEGATE_PROJECT_LISTS_PER_SECOND", default_value_t = 50.0)]
+    pub project_lists_per_second: f64,
+
     /// Re-derive every namespace this often, repairing records edited or deleted by hand.
     #[arg(long, env = "EDGEGATE_RESYNC", value_parser = parse_period, default_value = "60s")]
     pub resync: Duration,

@@ -14,7 +14,10 @@ use edgegate::core::project::{HttpProxy, NamespaceMeta, NetworkInterface, Networ
 use edgegate::index::Change;
 use edgegate::index::hub::{HubView, HubWriter};
 use edgegate::index::project::{KindWriter, ProjectIndex};
-use edgegate::index::source::follow::{PROJECT_WATCH_TIMEOUT_SECS, WATCH_TIMEOUT_SECS, WatchSink, Whole, follow};
+use edgegate::index::source::budget::ListBudget;
+use edgegate::index::source::follow::{
+    PROJECT_WATCH_TIMEOUT_SECS, WATCH_TIMEOUT_SECS, WatchSink, Whole, follow_within,
+};
 use edgegate::runtime::admin::Probes;
 use edgegate::runtime::controller::Controller;
 use edgegate::runtime::lease::Leadership;
@@ -46,7 +49,8 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let hub = controller.hub.clone();
     let shutdown = &controller.shutdown;
     start_hub_watches(&hub, &view, &triggers_tx, shutdown);
-    let engaged = Engaged::new(projects, triggers_tx, shutdown);
+    let engaged = Engaged::new(projects, triggers_tx, shutdown)
+        .within(ListBudget::new(usize::from(args.project_lists_in_flight), args.project_lists_per_second));
     match (&args.project_kubeconfig, &args.projects_dir, &args.milo_kubeconfig) {
         (Some(file), _, _) => {
             let name = args.project_name.clone().unwrap_or_else(|| stem(file));
@@ -162,9 +166,9 @@ pub fn start_hub_watches(
     let (tx, rx) = mpsc::unbounded_channel();
     forward(rx, triggers.clone(), Trigger::Hub);
     let namespaces = Whole::new(HubWriter::new(Arc::clone(view), tx.clone()));
-    spawn_follow::<NamespaceMeta, _>("hub", Api::all(hub.clone()), namespaces, WATCH_TIMEOUT_SECS, shutdown);
+    spawn_follow::<NamespaceMeta, _>("hub", Api::all(hub.clone()), namespaces, WATCH_TIMEOUT_SECS, None, shutdown);
     let records = Whole::new(HubWriter::new(Arc::clone(view), tx));
-    spawn_follow::<EdgeReachability, _>("hub", Api::all(hub.clone()), records, WATCH_TIMEOUT_SECS, shutdown);
+    spawn_follow::<EdgeReachability, _>("hub", Api::all(hub.clone()), records, WATCH_TIMEOUT_SECS, None, shutdown);
 }
 
 /// Follow `api` into `sink` for as long as the process runs, or until the handle is aborted: a
@@ -175,6 +179,7 @@ fn spawn_follow<K, S>(
     api: Api<kube::core::DeserializeGuard<K>>,
     mut sink: S,
     timeout: u32,
+    budget: Option<Arc<ListBudget>>,
     shutdown: &CancellationToken,
 ) -> JoinHandle<()>
 where
@@ -184,7 +189,7 @@ where
 {
     let name = format!("{of} {} watch", K::kind(&K::DynamicType::default()));
     let span = tracing::info_span!("watch", of, kind = %K::kind(&K::DynamicType::default()));
-    let watch = async move { follow(api, watcher::Config::default().timeout(timeout), &mut sink).await };
+    let watch = async move { follow_within(api, watcher::Config::default().timeout(timeout), &mut sink, budget).await };
     essential(name, shutdown, tracing::Instrument::instrument(watch, span))
 }
 
@@ -213,12 +218,27 @@ pub struct Engaged {
     pub clients: Arc<parking_lot::RwLock<HashMap<String, Client>>>,
     tasks: Arc<Mutex<HashMap<String, Vec<JoinHandle<()>>>>>,
     triggers: mpsc::UnboundedSender<Trigger>,
+    /// Every project's lists, within one budget.
+    budget: Arc<ListBudget>,
     shutdown: CancellationToken,
 }
 
 impl Engaged {
     pub fn new(projects: Projects, triggers: mpsc::UnboundedSender<Trigger>, shutdown: &CancellationToken) -> Self {
-        Engaged { projects, clients: Arc::default(), tasks: Arc::default(), triggers, shutdown: shutdown.clone() }
+        Engaged {
+            projects,
+            clients: Arc::default(),
+            tasks: Arc::default(),
+            triggers,
+            budget: ListBudget::new(usize::MAX >> 4, 0.0),
+            shutdown: shutdown.clone(),
+        }
+    }
+
+    /// With every project's lists within `budget`.
+    pub fn within(mut self, budget: Arc<ListBudget>) -> Self {
+        self.budget = budget;
+        self
     }
 
     /// Start a project's watches (HTTPProxy and Namespace; the kinds its proxies read as they
@@ -238,6 +258,7 @@ impl Engaged {
             index: Arc::clone(&index),
             tx,
             of: format!("project {name}"),
+            budget: Arc::clone(&self.budget),
             shutdown: self.shutdown.clone(),
         };
         watches.start_always();
@@ -294,6 +315,7 @@ struct ProjectWatches {
     index: Arc<ProjectIndex>,
     tx: mpsc::UnboundedSender<Change>,
     of: String,
+    budget: Arc<ListBudget>,
     shutdown: CancellationToken,
 }
 
@@ -304,11 +326,13 @@ impl ProjectWatches {
         KindWriter: edgegate::index::source::follow::SnapshotSink<K>,
     {
         let writer = Whole::new(KindWriter::new(Arc::clone(&self.index), self.tx.clone()));
+        let budget = Some(Arc::clone(&self.budget));
         spawn_follow::<K, _>(
             &self.of,
             Api::all(self.client.clone()),
             writer,
             PROJECT_WATCH_TIMEOUT_SECS,
+            budget,
             &self.shutdown,
         )
     }

@@ -159,6 +159,21 @@ where
     K::DynamicType: Default,
     S: WatchSink<K>,
 {
+    follow_within(api, config, sink, None).await;
+}
+
+/// [`follow`], each (re-)list started within `budget`: its turn taken before the watch starts,
+/// held until the list is whole or fails.
+pub async fn follow_within<K, S>(
+    api: Api<DeserializeGuard<K>>,
+    config: watcher::Config,
+    sink: &mut S,
+    budget: Option<std::sync::Arc<super::budget::ListBudget>>,
+) where
+    K: kube::Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + 'static,
+    K::DynamicType: Default,
+    S: WatchSink<K>,
+{
     let mut backoff = FIRST_BACKOFF;
     let timeout = config.timeout.unwrap_or(WATCH_TIMEOUT_SECS);
     let config = config.timeout(timeout);
@@ -177,6 +192,10 @@ where
         }
     };
     loop {
+        let mut turn = match &budget {
+            Some(budget) => budget.take().await,
+            None => None,
+        };
         let events = watcher(api.clone(), config.clone());
         futures::pin_mut!(events);
         while let Some(event) = events.next().await {
@@ -185,6 +204,7 @@ where
                 Ok(Event::InitApply(object)) => deliver(sink, object, Phase::Listed),
                 Ok(Event::InitDone) => {
                     backoff = FIRST_BACKOFF;
+                    drop(turn.take()); // the list is whole: the next one may start
                     sink.relist_done();
                 }
                 Ok(Event::Apply(object)) => deliver(sink, object, Phase::Applied),

@@ -1,6 +1,7 @@
 //! Writers that feed a [`RecordStore`](crate::index::store::RecordStore): record files on disk (the
 //! embedded default) or a watch on the hub's EdgeReachability resources.
 
+pub mod budget;
 pub mod files;
 pub mod follow;
 pub mod kubernetes;
