@@ -125,6 +125,7 @@ fn start(
         metrics: Arc::new(Metrics::new()),
         recorder,
         mismatched: Mutex::default(),
+        pacer: None,
     };
     Harness { producer, project_log, hub_log, _triggers: triggers }
 }

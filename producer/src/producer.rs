@@ -149,6 +149,8 @@ pub struct Producer {
     pub recorder: Recorder,
     /// Hub namespaces whose project label names another project than the one writing them.
     pub mismatched: Mutex<std::collections::BTreeSet<String>>,
+    /// Paces record writes, `--max-writes-per-second`.
+    pub pacer: Option<edgegate_pruner::pruner::Pacer>,
 }
 
 impl Producer {
@@ -244,6 +246,11 @@ impl Producer {
             );
             self.warn(&hub_ns, "RecordOversized", message).await;
             return Written::Oversized;
+        }
+        // Writes are paced for the whole process (a catch-up after a hub restart, a thousand
+        // projects engaged at once); the turn may be a wait.
+        if let Some(pacer) = &self.pacer {
+            pacer.turn().await;
         }
         // Right before the write: leadership is a deadline that passes on its own.
         if !self.leader.is_leader() {

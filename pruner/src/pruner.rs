@@ -31,8 +31,9 @@ use crate::metrics::Metrics;
 /// Deletions (each a DELETE and its Event) a pass has in flight at once.
 const IN_FLIGHT: usize = 8;
 
-/// Hands out start times for deletions, at least `pace` apart, across every pass of the process:
-/// a withdrawal spread over many namespaces (each its own pass) is paced as one.
+/// Hands out start times for deletions (or, in the producer, record writes), at least `pace`
+/// apart, across every pass of the process: a withdrawal spread over many namespaces (each its
+/// own pass) is paced as one.
 #[derive(Debug)]
 pub struct Pacer {
     pace: Duration,
@@ -59,7 +60,7 @@ impl Pacer {
 
     /// Wait until this caller's turn: the first at once, each later one `pace` after the last.
     /// False once closed: the caller does not delete.
-    async fn turn(&self) -> bool {
+    pub async fn turn(&self) -> bool {
         if self.closed.is_cancelled() {
             return false;
         }
