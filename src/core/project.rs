@@ -11,7 +11,7 @@ use super::slice::{lean_metadata, null_as_empty};
 /// An HTTPProxy: only its rules' backends.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct HttpProxy {
-    #[serde(default, deserialize_with = "lean_metadata")]
+    #[serde(default, deserialize_with = "bare_metadata")]
     pub metadata: Box<ObjectMeta>,
     #[serde(default)]
     pub spec: HttpProxySpec,
@@ -49,7 +49,7 @@ pub struct BackendRef {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct NetworkService {
-    #[serde(default, deserialize_with = "lean_metadata")]
+    #[serde(default, deserialize_with = "bare_metadata")]
     pub metadata: Box<ObjectMeta>,
     #[serde(default)]
     pub spec: NetworkServiceSpec,
@@ -70,7 +70,7 @@ pub struct InterfaceSelection {
 /// are never recorded, so they are not read.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct NetworkInterface {
-    #[serde(default, deserialize_with = "lean_metadata")]
+    #[serde(default, deserialize_with = "labelled_metadata")]
     pub metadata: Box<ObjectMeta>,
     #[serde(default)]
     pub spec: NetworkInterfaceSpec,
@@ -94,6 +94,54 @@ pub struct InterfaceAddress {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct NetworkInterfaceStatus {
     pub phase: Option<String>,
+}
+
+/// What the answer reads of a project object's metadata: its name, namespace, version and
+/// deletion, and (an interface's, which selectors match) its labels. Annotations (a kubectl
+/// last-applied-configuration is a copy of the whole object), managed fields and the rest are
+/// skipped while decoding, never held: at thousands of projects they would be most of the memory.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ProjectMetadata {
+    name: Option<String>,
+    namespace: Option<String>,
+    resource_version: Option<String>,
+    deletion_timestamp: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>,
+    #[serde(default)]
+    labels: Option<std::collections::BTreeMap<String, String>>,
+}
+
+/// The same without labels, skipped while decoding too.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct BareProjectMetadata {
+    name: Option<String>,
+    namespace: Option<String>,
+    resource_version: Option<String>,
+    deletion_timestamp: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>,
+}
+
+fn labelled_metadata<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Box<ObjectMeta>, D::Error> {
+    let meta = Option::<ProjectMetadata>::deserialize(d)?;
+    Ok(Box::new(meta.map_or_else(ObjectMeta::default, |m| ObjectMeta {
+        name: m.name,
+        namespace: m.namespace,
+        resource_version: m.resource_version,
+        deletion_timestamp: m.deletion_timestamp,
+        labels: m.labels,
+        ..ObjectMeta::default()
+    })))
+}
+
+fn bare_metadata<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Box<ObjectMeta>, D::Error> {
+    let meta = Option::<BareProjectMetadata>::deserialize(d)?;
+    Ok(Box::new(meta.map_or_else(ObjectMeta::default, |m| ObjectMeta {
+        name: m.name,
+        namespace: m.namespace,
+        resource_version: m.resource_version,
+        deletion_timestamp: m.deletion_timestamp,
+        ..ObjectMeta::default()
+    })))
 }
 
 /// The phase of an interface a workload holds; only those are served.
@@ -157,5 +205,23 @@ mod tests {
         .expect("interface");
         assert!(interface.is_bound());
         assert_eq!(interface.spec.addresses[0].address, "fd20::1/128");
+    }
+
+    /// What the answer never reads is not held: a proxy keeps no labels or annotations, an
+    /// interface its labels only (selectors match them), however large a kubectl
+    /// last-applied-configuration annotation is.
+    #[test]
+    fn annotations_and_unread_labels_are_not_held() {
+        let meta = serde_json::json!({"name": "web", "namespace": "a", "resourceVersion": "7",
+            "labels": {"app": "web"},
+            "annotations": {"kubectl.kubernetes.io/last-applied-configuration": "x".repeat(10_000)},
+            "managedFields": [{"manager": "kubectl"}]});
+        let proxy: HttpProxy = serde_json::from_value(serde_json::json!({"metadata": meta})).expect("proxy");
+        assert_eq!((proxy.metadata.labels.as_ref(), proxy.metadata.annotations.as_ref()), (None, None));
+        assert_eq!(proxy.metadata.resource_version.as_deref(), Some("7"));
+        let interface: NetworkInterface = serde_json::from_value(serde_json::json!({"metadata": meta})).expect("nic");
+        assert_eq!(interface.metadata.labels.as_ref().map(|l| l.len()), Some(1));
+        assert_eq!(interface.metadata.annotations, None);
+        assert!(interface.metadata.managed_fields.is_none());
     }
 }
