@@ -105,7 +105,9 @@ impl World {
             signal("KILL", pod.pid());
             self.killed[i] = Some(pod);
             let address = &self.netns[i].address;
-            let took = eventually(Duration::from_secs(10), "the killed replica's endpoint not ready", async || {
+            // Seconds as a rule; longer right after a hub restart, while kube-controller-manager's
+            // informers list again (a 30-minute run once waited over 10 s there).
+            let took = eventually(Duration::from_secs(60), "the killed replica's endpoint not ready", async || {
                 published(&self.hub, address).await == Some(false)
             })
             .await;
