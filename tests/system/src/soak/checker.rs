@@ -3,7 +3,8 @@
 //!
 //! 1. never withdraw what serves: no copy is deleted, other than by the cell or with its
 //!    namespace, while its address was served at any moment of the last `withdraw-after + grace
-//!    − ε` (ε: how far this view may trail the producer's, 0.5 s), except a deletion less than 2 s
+//!    − ε` (ε: 0.5 s, the sampling period and timer slack; an address stops serving when the
+//!    change that stopped it was sent, however late this view received it), except a deletion less than 2 s
 //!    after the address was served again following a break longer than that (the news cannot
 //!    have reached the producer's pruning: counted as a race); no write is refused whose address has been
 //!    served, without a break, for that long (outside faults);
@@ -40,8 +41,8 @@ use super::cell::SharedLedger;
 use super::faults::{DELAY_COLLECTION, EXCUSE_REFUSAL, Timeline};
 use super::project::{ProjectView, served};
 
-/// How far the checker's view of the project may trail the producer's (its sampling period and a
-/// watch's delay).
+/// How much earlier than the design a deletion may be seen: the checker's sampling period and
+/// timer slack (a change is dated by its sending, so the view's own delay is not in it).
 pub const LAG: Duration = Duration::from_millis(500);
 
 /// How long before a deletion the checker may see the record name the copy's address without a
@@ -152,6 +153,9 @@ impl Checker {
         for k in ended {
             truth.served_since.remove(&k);
             let last = truth.last_served.get(&k).copied().unwrap_or(now);
+            // Served until the change that ended it was sent: the view may have received it late.
+            let last = view.sent_after(&k.0, last).map_or(last, |sent| sent.min(last));
+            truth.last_served.insert(k.clone(), last);
             truth.streak_ended.insert(k, last);
         }
         for k in &serving {

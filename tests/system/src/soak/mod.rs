@@ -111,8 +111,8 @@ pub async fn run(config: Config) -> Report {
     let ledger = cell::SharedLedger::default();
     let timeline = faults::Timeline::default();
     let hold = config.withdraw_after + config.grace;
-    // A deletion exactly `hold` after the address last served is the design; the checker's own
-    // view of the project may trail the producer's by its sampling period and a watch delay.
+    // A deletion exactly `hold` after the address last served is the design (served until the
+    // change that ended it was sent); less the checker's sampling period and timer slack.
     let checker = Arc::new(checker::new(
         hold - checker::LAG,
         hold + Duration::from_secs(20),
@@ -244,9 +244,11 @@ pub async fn run(config: Config) -> Report {
     eprintln!("soak: readiness after each fault: {readiness:.1?}");
     let lag = view.lag.lock().expect("lag");
     eprintln!(
-        "soak: the checker's view of the project: {} changes received, the latest {:.1?} after it was written (1 s stamps); more than {:?} late: {}",
-        lag.changes,
-        lag.max,
+        "soak: the checker's view of the project (each change dated by its write's sending): {} changes received, median {:.1?}, p99 {:.1?}, max {:.1?} after they were sent; more than {:?} late: {}",
+        lag.delays.len(),
+        percentile(lag.delays.clone(), 0.5),
+        percentile(lag.delays.clone(), 0.99),
+        percentile(lag.delays.clone(), 1.0),
         project::LATE,
         lag.late.len()
     );

@@ -4,11 +4,9 @@
 //! the producer being wrong: a proxy's `networkService` backends → that NetworkService's
 //! `matchLabels` selector → the `Bound` NetworkInterfaces it picks → their addresses.
 
-use std::collections::{BTreeMap, BTreeSet};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
-
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::sync::{Arc, LazyLock, Mutex};
+use std::time::{Duration, Instant};
 
 use kube::api::{ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams};
 use kube::{Api, Client};
@@ -30,13 +28,89 @@ pub async fn put(client: &Client, ns: &str, kind: &str, name: &str, body: Value)
     object["kind"] = json!(kind);
     object["metadata"]["name"] = json!(name);
     object["metadata"]["namespace"] = json!(ns);
-    api.patch(name, &PatchParams::apply("soak-churn").force(), &Patch::Apply(&object)).await.map(|_| ())
+    let sent = Sent::sending(kind, ns, name);
+    let written = api.patch(name, &PatchParams::apply("soak-churn").force(), &Patch::Apply(&object)).await;
+    sent.answered(written.as_ref().ok().and_then(|o| o.metadata.resource_version.clone()));
+    written.map(|_| ())
 }
 
 pub async fn remove(client: &Client, ns: &str, kind: &str, name: &str) -> Result<(), kube::Error> {
     let plural = KINDS.iter().find(|(k, _)| *k == kind).map_or("", |(_, p)| p);
     let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &resource(kind, plural));
-    api.delete(name, &DeleteParams::default()).await.map(|_| ())
+    let sent = Sent::sending(kind, ns, name);
+    let removed = api.delete(name, &DeleteParams::default()).await;
+    // Only a deletion done: one of an object already gone has no event, and its entry would date
+    // a later deletion of that name (with its namespace) to this sending.
+    sent.answered(removed.is_ok().then(|| DELETED.to_owned()));
+    removed.map(|_| ())
+}
+
+/// (kind, namespace, name) of a project object.
+type ObjectKey = (String, String, String);
+
+/// Stands for a deletion's resourceVersion in [`SENT`]: a Delete event is matched by object.
+const DELETED: &str = "deleted";
+
+/// When each of the churn's writes was sent, so the view dates each change it receives to the
+/// moment it was sent: the earliest anyone, the producer included, could have seen it. Without
+/// this, a view trailing the project by half a second on a loaded machine takes a withdrawal
+/// timed right by the producer for one made too early.
+#[derive(Default)]
+struct SentLog {
+    /// Writes in flight: an event may arrive before the write's answer.
+    pending: HashMap<ObjectKey, Instant>,
+    /// Writes answered, by object and the resourceVersion they made ([`DELETED`] for a deletion).
+    answered: HashMap<(ObjectKey, String), Instant>,
+}
+
+static SENT: LazyLock<Mutex<SentLog>> = LazyLock::new(Mutex::default);
+
+/// How long an answered write waits for its event (a write that changed nothing has none).
+const KEEP_SENT: Duration = Duration::from_secs(60);
+
+/// One write of the churn's, from its sending to its answer.
+struct Sent {
+    key: ObjectKey,
+    at: Instant,
+}
+
+impl Sent {
+    fn sending(kind: &str, ns: &str, name: &str) -> Sent {
+        let (key, at) = ((kind.to_owned(), ns.to_owned(), name.to_owned()), Instant::now());
+        SENT.lock().expect("sent").pending.insert(key.clone(), at);
+        Sent { key, at }
+    }
+
+    /// `version`: the resourceVersion the write made, if it was answered with one.
+    fn answered(self, version: Option<String>) {
+        let mut log = SENT.lock().expect("sent");
+        log.pending.remove(&self.key);
+        match version {
+            // The object is gone: a Delete event to come is this deletion's.
+            Some(version) if version == DELETED => {
+                log.answered.insert((self.key, version), self.at);
+            }
+            Some(version) => {
+                // It exists again: an earlier deletion's event came, or never will (the watch
+                // relisted across it); that entry must not date a later deletion.
+                log.answered.remove(&(self.key.clone(), DELETED.to_owned()));
+                // A write that changed nothing answers with the version an earlier one made:
+                // that one's sending dates the change.
+                log.answered.entry((self.key, version)).or_insert(self.at);
+            }
+            None => {}
+        }
+        log.answered.retain(|_, at| at.elapsed() < KEEP_SENT);
+    }
+
+    /// When the write that made `object`'s change (`deleted`: its deletion) was sent, if it was
+    /// the churn's.
+    fn of(kind: &str, object: &DynamicObject, deleted: bool) -> Option<Instant> {
+        let key = (kind.to_owned(), object.metadata.namespace.clone()?, object.metadata.name.clone()?);
+        let version = if deleted { DELETED.to_owned() } else { object.metadata.resource_version.clone()? };
+        let mut log = SENT.lock().expect("sent");
+        log.answered.remove(&(key.clone(), version)).or_else(|| log.pending.get(&key).copied())
+    }
 }
 
 pub fn interface(app: &str, phase: &str, address: &str) -> Value {
@@ -121,48 +195,54 @@ pub struct ProjectView {
     pub lag: Arc<Mutex<Lag>>,
 }
 
-/// How far behind the project the view runs: for each change it receives, now less the object's
-/// newest `managedFields` time (which the API server stamps, to the second). A view that trails
-/// the project by seconds would flag withdrawals the producer timed right: the report says
-/// whether it did.
+/// How far behind the project the view runs: for each of the churn's changes it receives, from
+/// the write's sending to the event's arrival.
 #[derive(Default)]
 pub struct Lag {
-    /// Changes received, and the most any of them trailed.
-    pub changes: u64,
-    pub max: Duration,
+    /// Each change received in the last [`KEEP_SENT`]: (arrived, sent, project namespace).
+    recent: VecDeque<(Instant, Instant, String)>,
+    /// Every change's delay, for the report.
+    pub delays: Vec<Duration>,
     /// When each change that trailed by more than [`LATE`] arrived, and by how much.
     pub late: Vec<(Instant, Duration)>,
 }
 
-/// More than the stamp's own resolution (1 s) and a loaded machine's delay.
-pub const LATE: Duration = Duration::from_millis(2500);
+/// A loaded machine's watch delay, and then some.
+pub const LATE: Duration = Duration::from_millis(1500);
 
-fn note_lag(lag: &Mutex<Lag>, meta: &ObjectMeta) {
-    let newest =
-        meta.managed_fields.iter().flatten().filter_map(|f| f.time.as_ref()).map(|t| t.0.as_millisecond()).max();
-    let Some(newest) = newest else { return };
-    let now = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(0));
-    let trailed = Duration::from_millis(u64::try_from(now - newest).unwrap_or(0));
-    let mut lag = lag.lock().expect("lag");
-    lag.changes += 1;
-    lag.max = lag.max.max(trailed);
-    if trailed > LATE && lag.late.len() < 1000 {
-        lag.late.push((Instant::now(), trailed));
+impl Lag {
+    fn note(&mut self, sent: Instant, namespace: String) {
+        let now = Instant::now();
+        let trailed = now.saturating_duration_since(sent);
+        self.delays.push(trailed);
+        if trailed > LATE && self.late.len() < 1000 {
+            self.late.push((now, trailed));
+        }
+        self.recent.push_back((now, sent, namespace));
+        while self.recent.front().is_some_and(|(arrived, ..)| now.saturating_duration_since(*arrived) > KEEP_SENT) {
+            self.recent.pop_front();
+        }
     }
 }
 
-fn reflect<K>(api: Api<K>, writer: kube::runtime::reflector::store::Writer<K>, lag: Option<Arc<Mutex<Lag>>>)
-where
+fn reflect<K>(
+    api: Api<K>,
+    writer: kube::runtime::reflector::store::Writer<K>,
+    on_change: impl Fn(&K, bool) + Send + 'static,
+) where
     K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
     K::DynamicType: Clone + Eq + std::hash::Hash,
 {
     use futures::StreamExt;
     use kube::runtime::{WatchStreamExt, reflector, watcher};
     let stream = reflector(writer, watcher(api, watcher::Config::default()).default_backoff());
+    // Called after the store has the change: a sample that saw the old state came before.
     tokio::spawn(stream.for_each(move |event| {
         // Only live changes: a (re-)list brings objects written long ago.
-        if let (Some(lag), Ok(watcher::Event::Apply(object))) = (&lag, &event) {
-            note_lag(lag, object.meta());
+        match &event {
+            Ok(watcher::Event::Apply(object)) => on_change(object, false),
+            Ok(watcher::Event::Delete(object)) => on_change(object, true),
+            _ => {}
         }
         async {}
     }));
@@ -171,7 +251,7 @@ where
 impl ProjectView {
     pub fn start(client: &Client) -> ProjectView {
         let (namespaces, writer) = kube::runtime::reflector::store();
-        reflect(Api::<k8s_openapi::api::core::v1::Namespace>::all(client.clone()), writer, None);
+        reflect(Api::<k8s_openapi::api::core::v1::Namespace>::all(client.clone()), writer, |_, _| {});
         let lag = Arc::<Mutex<Lag>>::default();
         let kinds = KINDS
             .iter()
@@ -179,7 +259,13 @@ impl ProjectView {
                 let resource = resource(kind, plural);
                 let writer = kube::runtime::reflector::store::Writer::new(resource.clone());
                 let store = writer.as_reader();
-                reflect(Api::<DynamicObject>::all_with(client.clone(), &resource), writer, Some(Arc::clone(&lag)));
+                let (lag, kind) = (Arc::clone(&lag), *kind);
+                let on_change = move |object: &DynamicObject, deleted| {
+                    if let (Some(sent), Some(ns)) = (Sent::of(kind, object, deleted), &object.metadata.namespace) {
+                        lag.lock().expect("lag").note(sent, ns.clone());
+                    }
+                };
+                reflect(Api::<DynamicObject>::all_with(client.clone(), &resource), writer, on_change);
                 store
             })
             .collect();
@@ -192,6 +278,17 @@ impl ProjectView {
         for store in &self.kinds {
             let _ = store.wait_until_ready().await;
         }
+    }
+
+    /// The earliest sending of the churn's changes to `hub_ns`'s project namespace that arrived
+    /// after `after`. A state this view saw at `after` was the project's until then at least: the
+    /// change that ended it is one of these.
+    pub fn sent_after(&self, hub_ns: &str, after: Instant) -> Option<Instant> {
+        let uid = hub_ns.strip_prefix("ns-")?;
+        let ns = self.namespaces.state().into_iter().find(|n| n.metadata.uid.as_deref() == Some(uid))?;
+        let name = ns.metadata.name.as_deref()?;
+        let lag = self.lag.lock().expect("lag");
+        lag.recent.iter().filter(|(arrived, _, n)| *arrived > after && n == name).map(|(_, sent, _)| *sent).min()
     }
 
     /// The objects of every live namespace, by hub namespace.
