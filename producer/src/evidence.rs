@@ -17,8 +17,11 @@
 //!   copy's addresses, nor does its answer now (whatever the record says: a record may not have
 //!   named an address that served, after a hand edit, a failed write, a replica not leading).
 //!
-//! - and, right before the DELETE, the project answers a read now ([`Gate::confirm`]): a project
-//!   cut off silently looks whole in memory until its watches time out.
+//! - and, before the DELETE, the project has answered a read within [`ANSWERED_WITHIN`]
+//!   ([`Gate::confirm`]): a project cut off silently looks whole in memory until its watches time
+//!   out. The read is made at most once at a time per project, and waited for only
+//!   [`CONFIRM_WAIT`]: a project that does not answer holds its own copies (for
+//!   [`UNANSWERED_FOR`] after a read failed), never the pruner's passes over other projects'.
 //!
 //! Otherwise the copy waits, and N is looked at again every [`RECHECK`] (every
 //! [`RECHECK_UNWATCHED`] while nobody watches its project). A copy whose project is not engaged,
@@ -53,8 +56,27 @@ pub const RECHECK: Duration = Duration::from_secs(2);
 /// rarely).
 pub const RECHECK_UNWATCHED: Duration = Duration::from_secs(30);
 
-/// How long a live look at the project may take before the copy is kept.
+/// How long a live look at the project may take before it counts as failed.
 const CONFIRM_WITHIN: Duration = Duration::from_secs(5);
+
+/// How long a pass waits for a live look before keeping the copy (the look goes on, and the
+/// namespace is looked at again in [`RECHECK`]).
+pub const CONFIRM_WAIT: Duration = Duration::from_millis(500);
+
+/// How recent an answer of the project's vouches for it.
+pub const ANSWERED_WITHIN: Duration = Duration::from_secs(5);
+
+/// How long after a failed look the project's copies are kept without looking again.
+pub const UNANSWERED_FOR: Duration = Duration::from_secs(30);
+
+/// Each project's last live look: when it last answered, when a look last failed, whether one
+/// is under way.
+#[derive(Default)]
+struct Liveness {
+    answered: Option<Instant>,
+    failed: Option<Instant>,
+    looking: bool,
+}
 
 /// A namespace not asked about for this long waits no more (its copies went, or were named).
 const FORGOTTEN: Duration = Duration::from_secs(75);
@@ -114,7 +136,8 @@ pub struct Evidence {
     pub whole_for: Duration,
     /// Where the pruner is asked to pass a namespace over again.
     pub again: Later<Change>,
-    waiting: Mutex<HashMap<String, Waiting>>,
+    waiting: Arc<Mutex<HashMap<String, Waiting>>>,
+    liveness: Arc<Mutex<HashMap<String, Liveness>>>,
 }
 
 impl Evidence {
@@ -126,13 +149,22 @@ impl Evidence {
         whole_for: Duration,
         again: Later<Change>,
     ) -> Self {
-        Evidence { view, projects, clients, memory, whole_for, again, waiting: Mutex::default() }
+        Evidence {
+            view,
+            projects,
+            clients,
+            memory,
+            whole_for,
+            again,
+            waiting: Arc::default(),
+            liveness: Arc::default(),
+        }
     }
 
     /// Why the copy must be kept now, if it must.
     pub fn judge(&self, deletion: &Deletion, now: Instant) -> Option<Held> {
         let hub_ns = deletion.namespace.as_str();
-        let Some((_, index, namespace)) = self.owner(hub_ns) else {
+        let Some((project, index, namespace)) = self.owner(hub_ns) else {
             // Its labelled project, engaged but not listed whole, may just not know it yet.
             let listing = labelled_project(&self.view, &self.projects, hub_ns)
                 .and_then(|name| self.projects.read().get(&name).map(|index| !index.synced()))
@@ -140,7 +172,7 @@ impl Evidence {
             return Some(if listing { Held::Incomplete } else { Held::Unwatched });
         };
         let whole = |for_: Option<Duration>| for_.is_some_and(|f| f >= self.whole_for);
-        if !self.view.synced() || !whole(index.whole_for(now)) {
+        if !self.view.synced() || !whole(index.whole_for(now)) || self.unanswered(&project, now) {
             return Some(Held::Incomplete);
         }
         if index.undecodable_in(&namespace) {
@@ -171,7 +203,8 @@ impl Evidence {
         let name = labelled_project(&self.view, &self.projects, hub_ns)?;
         let (found, index, namespace) = find_by_uid(&self.projects, uid, Some(&name))?;
         if found != name {
-            tracing::warn!(
+            // Said once, and counted, where the producer writes (`check_label`); here on every look.
+            tracing::debug!(
                 hub_namespace = hub_ns,
                 project = name,
                 other = found,
@@ -180,6 +213,24 @@ impl Evidence {
             return None;
         }
         Some((found, index, namespace))
+    }
+
+    /// Whether `project`'s last live look failed less than [`UNANSWERED_FOR`] ago.
+    fn unanswered(&self, project: &str, now: Instant) -> bool {
+        let liveness = self.liveness.lock();
+        liveness.get(project).and_then(|l| l.failed).is_some_and(|f| now.saturating_duration_since(f) < UNANSWERED_FOR)
+    }
+
+    /// `namespace`'s copies wait: `why`, since when it began (or now).
+    fn hold(&self, namespace: &str, why: Held, now: Instant) {
+        let mut waiting = self.waiting.lock();
+        let before = waiting.get(namespace).map(|w| (w.since, w.why));
+        if why == Held::Unwatched && before.is_none_or(|(_, was)| was != why) {
+            tracing::warn!(hub_namespace = %namespace, "no engaged project owns this hub namespace; its copies are kept");
+        }
+        let since = before.map_or(now, |(since, _)| since);
+        let fresh = before.is_none_or(|(_, was)| was != why);
+        waiting.insert(namespace.to_owned(), Waiting { since, last: now, why, fresh });
     }
 
     /// Hub namespaces whose deletions wait now, by why.
@@ -195,20 +246,13 @@ impl Evidence {
 
 impl Gate for Evidence {
     fn allows(&self, deletion: &Deletion, _due: Instant, now: Instant) -> bool {
-        let mut waiting = self.waiting.lock();
         match self.judge(deletion, now) {
             None => {
-                waiting.remove(&deletion.namespace);
+                self.waiting.lock().remove(&deletion.namespace);
                 true
             }
             Some(why) => {
-                let before = waiting.get(&deletion.namespace).map(|w| (w.since, w.why));
-                if why == Held::Unwatched && before.is_none_or(|(_, was)| was != why) {
-                    tracing::warn!(hub_namespace = %deletion.namespace, "no engaged project owns this hub namespace; its copies are kept");
-                }
-                let since = before.map_or(now, |(since, _)| since);
-                let fresh = before.is_none_or(|(_, was)| was != why);
-                waiting.insert(deletion.namespace.clone(), Waiting { since, last: now, why, fresh });
+                self.hold(&deletion.namespace, why, now);
                 false
             }
         }
@@ -231,27 +275,73 @@ impl Gate for Evidence {
         let mut waiting = self.waiting.lock();
         // Namespaces not asked about for a while wait no more (their copies went, or were named).
         waiting.retain(|_, w| now.saturating_duration_since(w.last) < FORGOTTEN);
+        // And projects not looked at for a while are looked at afresh.
+        let recent = |t: Option<Instant>| t.is_some_and(|t| now.saturating_duration_since(t) < FORGOTTEN);
+        self.liveness.lock().retain(|_, l| l.looking || recent(l.answered) || recent(l.failed));
         waiting.values().map(|w| now.saturating_duration_since(w.since)).max().unwrap_or_default()
     }
 
     fn confirm(&self, deletion: &Deletion) -> futures::future::BoxFuture<'static, bool> {
-        let client = self.owner(&deletion.namespace).and_then(|(name, _, _)| self.clients.read().get(&name).cloned());
-        let hub_ns = deletion.namespace.clone();
-        Box::pin(async move {
-            let Some(client) = client else { return false };
-            let namespaces: kube::Api<NamespaceMeta> = kube::Api::all(client);
-            let params = kube::api::ListParams::default().limit(1);
-            match tokio::time::timeout(CONFIRM_WITHIN, namespaces.list_metadata(&params)).await {
-                Ok(Ok(_)) => true,
-                Ok(Err(error)) => {
-                    tracing::warn!(hub_namespace = %hub_ns, %error, "the copy's project did not answer a read; kept");
-                    false
-                }
-                Err(_) => {
-                    tracing::warn!(hub_namespace = %hub_ns, "the copy's project did not answer a read within 5 s; kept");
-                    false
-                }
+        let now = clock::now();
+        let owner = self.owner(&deletion.namespace).map(|(name, _, _)| name);
+        let client = owner.as_ref().and_then(|name| self.clients.read().get(name).cloned());
+        let (Some(project), Some(client)) = (owner, client) else {
+            self.hold(&deletion.namespace, Held::Incomplete, now);
+            return Box::pin(std::future::ready(false));
+        };
+        let look = {
+            let mut liveness = self.liveness.lock();
+            let state = liveness.entry(project.clone()).or_default();
+            if state.answered.is_some_and(|a| now.saturating_duration_since(a) < ANSWERED_WITHIN) {
+                return Box::pin(std::future::ready(true));
             }
+            if state.looking {
+                None
+            } else {
+                state.looking = true;
+                Some(tokio::spawn(look(project, client, Arc::clone(&self.liveness))))
+            }
+        };
+        // Held meanwhile (counted as incomplete): the namespace is looked at again in RECHECK.
+        self.hold(&deletion.namespace, Held::Incomplete, now);
+        let Some(look) = look else { return Box::pin(std::future::ready(false)) };
+        let (waiting, namespace) = (Arc::clone(&self.waiting), deletion.namespace.clone());
+        Box::pin(async move {
+            let answered = matches!(tokio::time::timeout(CONFIRM_WAIT, look).await, Ok(Ok(true)));
+            if answered {
+                waiting.lock().remove(&namespace);
+            }
+            answered
         })
+    }
+}
+
+/// One live look at `project` (a read of one namespace's metadata): its outcome noted in
+/// `liveness`, a failure logged once until it answers again.
+async fn look(project: String, client: kube::Client, liveness: Arc<Mutex<HashMap<String, Liveness>>>) -> bool {
+    let namespaces: kube::Api<NamespaceMeta> = kube::Api::all(client);
+    let params = kube::api::ListParams::default().limit(1);
+    let outcome = match tokio::time::timeout(CONFIRM_WITHIN, namespaces.list_metadata(&params)).await {
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err(error)) => Err(error.to_string()),
+        Err(_) => Err(format!("no answer within {CONFIRM_WITHIN:?}")),
+    };
+    let now = clock::now();
+    let mut liveness = liveness.lock();
+    let state = liveness.entry(project.clone()).or_default();
+    state.looking = false;
+    match outcome {
+        Ok(()) => {
+            state.answered = Some(now);
+            state.failed = None;
+            true
+        }
+        Err(error) => {
+            if state.failed.is_none() {
+                tracing::warn!(project, %error, "the project did not answer a read; its copies are kept");
+            }
+            state.failed = Some(now);
+            false
+        }
     }
 }

@@ -23,8 +23,9 @@ pub trait Gate: Send + Sync {
     /// How long deletions have waited for evidence; zero when none waits.
     fn held_for(&self) -> Duration;
 
-    /// Right before the DELETE, after [`allows`](Gate::allows): is the evidence still live (its
-    /// source answering now)? What is known from memory can be stale without knowing it.
+    /// Before the last judgement and the DELETE, after [`allows`](Gate::allows): is the evidence
+    /// still live (its source answering)? What is known from memory can be stale without knowing
+    /// it. It must not wait long: the pruner's passes wait for it.
     fn confirm(&self, _deletion: &Deletion) -> futures::future::BoxFuture<'static, bool> {
         Box::pin(std::future::ready(true))
     }

@@ -295,6 +295,14 @@ impl Pruner {
         if !self.pacer.turn().await {
             return Outcome::Skipped; // shutting down
         }
+        // The evidence confirmed live (a project cut off silently still looks whole in memory),
+        // before the last judgement and the record's read: nothing but the DELETE comes after.
+        if let Some(gate) = &self.gate
+            && !gate.confirm(&now).await
+        {
+            gate.wait(&now.namespace);
+            return Outcome::Skipped;
+        }
         // The turn may have been a long wait.
         let Some(now) = self.judge_again(&now) else { return Outcome::Skipped };
         match self.unnamed_as_read(&now).await {
@@ -302,14 +310,7 @@ impl Pruner {
             Ok(false) => return Outcome::Skipped,
             Err(()) => return Outcome::Error,
         }
-        // The evidence confirmed live (a project cut off silently still looks whole in memory),
-        // and leadership again: both reads may have taken a while.
-        if let Some(gate) = &self.gate
-            && !gate.confirm(&now).await
-        {
-            gate.wait(&now.namespace);
-            return Outcome::Skipped;
-        }
+        // Leadership again: the read may have taken a while.
         if !self.may_delete() {
             return Outcome::Skipped;
         }

@@ -91,12 +91,14 @@ pub async fn add_project(hub: &ControlPlane, render: &Render, name: &str, projec
 
 /// deploy/ with the producer reading Milo (components/producer, components/producer-milo, enforcing,
 /// the dev certificate) rendered as kustomization `name`, applied to `hub` (but its admission
-/// configurations), and Milo handed over ([`hand_milo_over`]).
+/// configurations), and Milo handed over ([`hand_milo_over`]); `producer_flags` added to the
+/// producer's (a test's shorter timings).
 pub async fn install_with_milo(
     name: &str,
     hub: &ControlPlane,
     backing: &ControlPlane,
     milo: &crate::milo::Milo,
+    producer_flags: &[&str],
 ) -> Render {
     let components = [
         "components/dev-certs",
@@ -105,7 +107,7 @@ pub async fn install_with_milo(
         "components/enforce",
         "components/images",
     ];
-    let render = Render::of(&crate::pod::kustomization_with(name, &["base"], &components, ""));
+    let render = Render::tuned(name, &["base"], &components, &[("edgegate-producer", producer_flags)]);
     render.apply_but_admission(hub);
     hand_milo_over(hub, &render, backing, milo).await;
     render

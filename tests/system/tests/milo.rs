@@ -38,7 +38,7 @@ async fn projects_discovered_from_milo_each_on_its_own() {
     .await;
     let milo = Milo::start(&backing_cp).await;
 
-    let render = shipped::install_with_milo("milo", &hub_cp, &backing_cp, &milo).await;
+    let render = shipped::install_with_milo("milo", &hub_cp, &backing_cp, &milo, &[]).await;
     project(&backing, "alpha", "True").await;
     project(&backing, "beta", "False").await;
     let a = world::project_namespace(&backing, &hub, "alpha", "alpha-web", Some("fd20:0:a1::1")).await;
@@ -114,4 +114,88 @@ async fn projects_discovered_from_milo_each_on_its_own() {
     assert!(requests.get("alpha").is_some_and(|n| *n > 0) && requests.get("beta").is_some_and(|n| *n > 0));
     hub_cp.assert_nothing_refused();
     backing_cp.assert_nothing_refused();
+}
+
+/// A project that stops answering (Milo holds its requests open, its watches cut) holds its own
+/// copies and nobody else's: beta's copy, unserved, is collected within the grace and a few
+/// seconds while alpha's six, due at the same moment, are kept (counted as incomplete) until
+/// alpha answers again. Failed on the old code: each of alpha's due copies waited 5 s for a live
+/// read inside the pruner's one sequence of passes, over and over, and beta's waited behind them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_project_holds_only_its_own_deletions() {
+    const SCOPE: &str = "silent";
+    let (withdraw_after, grace) = (Duration::from_secs(2), Duration::from_secs(2));
+    let hub_cp = ControlPlane::own();
+    let backing_cp = ControlPlane::own();
+    let (hub, backing) = (hub_cp.client().await, backing_cp.client().await);
+    install_crd(&hub).await;
+    world::install_crds(&backing_cp);
+    let proxies: Api<DynamicObject> = Api::all_with(backing.clone(), &resource("HTTPProxy", "httpproxies"));
+    eventually(Duration::from_secs(30), "Milo's CRDs served", async || {
+        world::projects(&backing).list(&Default::default()).await.is_ok()
+            && proxies.list(&Default::default()).await.is_ok()
+    })
+    .await;
+    let milo = Milo::start(&backing_cp).await;
+    let flags = [format!("--withdraw-after={}s", withdraw_after.as_secs()), format!("--grace={}s", grace.as_secs())];
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let render = shipped::install_with_milo("milo-silent", &hub_cp, &backing_cp, &milo, &flags).await;
+    project(&backing, "alpha", "True").await;
+    project(&backing, "beta", "True").await;
+    let mut alpha = Vec::new();
+    for k in 0..6 {
+        let address = format!("fd20:0:a{k}::1");
+        alpha.push(world::project_namespace(&backing, &hub, "alpha", &format!("alpha-{k}"), Some(&address)).await);
+    }
+    let beta = world::project_namespace(&backing, &hub, "beta", "beta-web", Some("fd20:0:b1::1")).await;
+    let pod = run(&hub_cp, &render, "edgegate-producer", 0, &[Rewrite::ListenAddress, Rewrite::MountPath]).await;
+    let producer = &pod.process;
+    eventually(Duration::from_secs(60), "every record written", async || {
+        for ns in alpha.iter().chain([&beta]) {
+            if record(&hub, ns).await.is_none_or(|r| r.is_empty()) {
+                return false;
+            }
+        }
+        true
+    })
+    .await;
+    // Both projects whole for longer than --withdraw-after + --grace.
+    tokio::time::sleep(withdraw_after + grace + Duration::from_secs(1)).await;
+
+    milo.set_fault("alpha", Some(Fault::Silent));
+    // Copies nobody serves, due once the grace has run: one in each of alpha's namespaces, one in
+    // beta's.
+    for ns in &alpha {
+        create(&hub, ns, &slice(SCOPE, "unserved", true, &["fd20:0:dead::1"]), false).await.expect("alpha's copy");
+    }
+    create(&hub, &beta, &slice(SCOPE, "unserved", true, &["fd20:0:dead::2"]), false).await.expect("beta's copy");
+    let started = Instant::now();
+    eventually(Duration::from_secs(90), "beta's copy collected", async || !exists(&hub, &beta, "unserved").await).await;
+    let took = started.elapsed();
+    eprintln!("milo: alpha silent: beta's unserved copy collected after {took:?} (grace {grace:?})");
+    let bound = grace + Duration::from_secs(6);
+    assert!(took <= bound, "beta's copy took {took:?}, over {bound:?}, while alpha did not answer");
+    let held = eventually(Duration::from_secs(30), "alpha's namespaces held as incomplete", async || {
+        metrics(producer).contains("edgegate_producer_prune_held_namespaces{reason=\"incomplete\"} 6")
+    })
+    .await;
+    eprintln!("milo: alpha's six namespaces counted as held {:?} after its copies were made", started.elapsed());
+    let _ = held;
+    for ns in &alpha {
+        assert!(exists(&hub, ns, "unserved").await, "alpha's copy in {ns} deleted while alpha did not answer");
+    }
+
+    milo.set_fault("alpha", None);
+    let back = Instant::now();
+    eventually(Duration::from_secs(180), "alpha's copies collected once it answers", async || {
+        for ns in &alpha {
+            if exists(&hub, ns, "unserved").await {
+                return false;
+            }
+        }
+        true
+    })
+    .await;
+    eprintln!("milo: alpha answering again: its copies collected {:?} after", back.elapsed());
+    hub_cp.assert_nothing_refused();
 }
