@@ -134,6 +134,10 @@ const FIRST_BACKOFF: Duration = Duration::from_millis(500);
 /// Short enough that an index is whole again within seconds of the API server coming back.
 const MAX_BACKOFF: Duration = Duration::from_secs(2);
 
+/// How long one list may hold its turn in a [`super::budget::ListBudget`]: a list is a few
+/// hundred milliseconds; one that takes longer goes on, but no longer counts against the budget.
+pub const LIST_TURN: Duration = Duration::from_secs(10);
+
 /// How long one watch request of a project's lasts: a project's watches are long, so an idle
 /// project costs Milo (or its API server) a request per watch every few minutes, not every 10 s.
 /// Its client's read timeout ([`crate::runtime::client::PROJECT_READ_TIMEOUT`]) is longer than the
@@ -196,9 +200,24 @@ pub async fn follow_within<K, S>(
             Some(budget) => budget.take().await,
             None => None,
         };
+        let turn_ends = tokio::time::Instant::now() + LIST_TURN;
         let events = watcher(api.clone(), config.clone());
         futures::pin_mut!(events);
-        while let Some(event) = events.next().await {
+        loop {
+            let event = if turn.is_some() {
+                tokio::select! {
+                    event = events.next() => event,
+                    () = tokio::time::sleep_until(turn_ends) => {
+                        // A list this slow (a project that does not answer) must not keep
+                        // others' from starting: it goes on outside the budget.
+                        drop(turn.take());
+                        continue;
+                    }
+                }
+            } else {
+                events.next().await
+            };
+            let Some(event) = event else { break };
             match event {
                 Ok(Event::Init) => sink.relist_started(),
                 Ok(Event::InitApply(object)) => deliver(sink, object, Phase::Listed),
@@ -215,6 +234,9 @@ pub async fn follow_within<K, S>(
                 }
             }
         }
+        // Not held through the backoff: a project failing over and over would keep a turn that
+        // others need.
+        drop(turn);
         tokio::time::sleep(jittered(backoff)).await;
         backoff = (backoff * 2).min(MAX_BACKOFF);
     }
@@ -223,6 +245,59 @@ pub async fn follow_within<K, S>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::index::source::budget::ListBudget;
+    use http::{Request, Response};
+    use k8s_openapi::api::core::v1::Namespace;
+    use kube::client::Body;
+
+    struct Nothing;
+    impl WatchSink<Namespace> for Nothing {
+        fn listed(&mut self, _: Namespace) {}
+        fn applied(&mut self, _: Namespace) {}
+        fn deleted(&mut self, _: Namespace) {}
+        fn undecodable(&mut self, _: &InvalidObject, _: Phase) {}
+        fn relist_started(&mut self) {}
+        fn relist_done(&mut self) {}
+        fn failed(&mut self, _: &watcher::Error) {}
+    }
+
+    /// A watch of `client`'s namespaces within `budget`, as a task.
+    fn follower(client: kube::Client, budget: &std::sync::Arc<ListBudget>) -> tokio::task::JoinHandle<()> {
+        let budget = std::sync::Arc::clone(budget);
+        tokio::spawn(async move {
+            follow_within::<Namespace, _>(Api::all(client), watcher::Config::default(), &mut Nothing, Some(budget))
+                .await;
+        })
+    }
+
+    /// One list in flight: a project whose lists fail at once, and one whose list hangs, do not
+    /// keep a healthy project's list from starting (failed on the old code: the failing one held
+    /// its turn through each backoff, the hanging one for as long as it hung).
+    #[tokio::test(start_paused = true)]
+    async fn a_failing_or_hanging_list_gives_its_turn_up() {
+        let budget = ListBudget::new(1, 0.0);
+        let started = tokio::time::Instant::now();
+        // Failing at once, again and again.
+        let (mock, mut failing) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+        let a = follower(kube::Client::new(mock, "default"), &budget);
+        let (_, send) = failing.next_request().await.expect("a's list");
+        send.send_error(std::io::Error::other("refused"));
+        // The healthy one asks during a's backoff, and gets its turn at once.
+        let (mock, mut healthy) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+        let b = follower(kube::Client::new(mock, "default"), &budget);
+        let (request, _hold) = healthy.next_request().await.expect("b's list");
+        assert!(!request.uri().to_string().contains("watch=true"), "a list");
+        let waited = started.elapsed();
+        assert!(waited < Duration::from_millis(100), "b's list started {waited:?} after a's failed");
+        // b's list now hangs; a's next list starts once b's turn ends.
+        let next = tokio::time::timeout(Duration::from_secs(60), failing.next_request()).await;
+        let (_, _hold_a) = next.expect("a's next list within 60 s").expect("a's second list");
+        let waited = started.elapsed();
+        println!("a's next list started {waited:?} in, b's list hanging");
+        assert!(waited <= LIST_TURN + Duration::from_millis(100), "{waited:?}");
+        a.abort();
+        b.abort();
+    }
 
     #[test]
     fn a_backoff_is_spread_over_its_second_half() {
