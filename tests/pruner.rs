@@ -337,7 +337,7 @@ async fn a_conflict_is_absorbed() {
 }
 
 /// A pruner whose caches are filled by hand, for single passes. The tests of its timing rules
-/// (grace, pace, the producer's word) run on a paused clock: time moves only when they say.
+/// (grace, pace, the gate's evidence) run on a paused clock: time moves only when they say.
 fn pruner_with(records: Vec<Value>, copies: Vec<Value>, pace: Duration) -> (Pruner, Log, Arc<RecordStore>) {
     held_pruner(records, copies, pace, Duration::ZERO)
 }

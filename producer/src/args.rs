@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Parser;
-use edgegate::runtime::flags::{HubArgs, LeaseArgs, LogFormat, parse_duration, parse_period};
+use edgegate::runtime::flags::{HubArgs, LeaseArgs, LogFormat, parse_duration, parse_period, parse_rate};
 
 #[derive(Debug, Parser)]
 #[command(group(clap::ArgGroup::new("projects").required(true).args(["project_kubeconfig", "projects_dir", "milo_kubeconfig"])))]
@@ -52,13 +52,13 @@ pub struct Args {
     /// Start at most this many lists of project objects a second, for every project together
     /// (each list is followed by a long watch: about twice this many requests a second at a cold
     /// start). 0: unpaced.
-    #[arg(long, env = "EDGEGATE_PROJECT_LISTS_PER_SECOND", default_value_t = 50.0)]
+    #[arg(long, env = "EDGEGATE_PROJECT_LISTS_PER_SECOND", value_parser = parse_rate, default_value = "50")]
     pub project_lists_per_second: f64,
 
     /// Write at most this many records a second (0: unpaced): a catch-up after a hub restart, or a
     /// thousand projects engaged at once, comes at a pace the hub is sized for. A record waits at
     /// most its place in line (20 ms a record ahead of it at 50/s).
-    #[arg(long, env = "EDGEGATE_MAX_WRITES_PER_SECOND", default_value_t = 50.0)]
+    #[arg(long, env = "EDGEGATE_MAX_WRITES_PER_SECOND", value_parser = parse_rate, default_value = "50")]
     pub max_writes_per_second: f64,
 
     /// Re-derive every namespace this often, repairing records edited or deleted by hand.

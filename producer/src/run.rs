@@ -38,8 +38,8 @@ use crate::producer::{Producer, Projects, Trigger};
 use edgegate_pruner::run::Parts;
 
 pub async fn run(args: Args) -> anyhow::Result<()> {
-    // Unbounded: fed by the watch handlers (through `forward`) and the Lease's word, neither of
-    // which may wait, and a trigger dropped would lose a write; one message per event, drained
+    // Unbounded: fed by the watch handlers (through `forward`) and the Lease, neither of which
+    // may wait, and a trigger dropped would lose a write; one message per event, drained
     // into one write per namespace by each batch.
     let (triggers_tx, triggers) = mpsc::unbounded_channel();
     let view = Arc::new(HubView::new(args.record_name.clone()));

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use clap::Parser;
 use edgegate::CopySelector;
-use edgegate::runtime::flags::{HubArgs, LeaseArgs, LogFormat, parse_duration, parse_period};
+use edgegate::runtime::flags::{HubArgs, LeaseArgs, LogFormat, parse_duration, parse_period, parse_rate};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -64,7 +64,7 @@ pub struct DeletionArgs {
     pub dry_run: bool,
 
     /// Pace deletions to at most this many per second (0: unpaced). None is dropped, only delayed.
-    #[arg(long, env = "EDGEGATE_MAX_DELETES_PER_SECOND", default_value_t = 50.0)]
+    #[arg(long, env = "EDGEGATE_MAX_DELETES_PER_SECOND", value_parser = parse_rate, default_value = "50")]
     pub max_deletes_per_second: f64,
 
     /// Label selector that identifies copies; nothing else is ever listed, judged or deleted.

@@ -69,7 +69,14 @@ pub enum Engagement {
 pub fn engagement(project: &Project) -> Engagement {
     let condition = |kind: &str| project.status.conditions.iter().find(|c| c.type_ == kind).map(|c| c.status.as_str());
     let name = project.metadata.name.as_deref().unwrap_or_default();
-    if name.is_empty() || !name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.') {
+    // DNS-1123: alphanumerics, '-' and '.', and an alphanumeric at both ends (so never `.` or
+    // `..`, which a path would resolve).
+    let ends = |b: Option<&u8>| b.is_some_and(u8::is_ascii_alphanumeric);
+    let bytes = name.as_bytes();
+    if !ends(bytes.first())
+        || !ends(bytes.last())
+        || !bytes.iter().all(|b| b.is_ascii_alphanumeric() || *b == b'-' || *b == b'.')
+    {
         return Engagement::Leave("its name is no DNS name");
     }
     if project.metadata.deletion_timestamp.is_some() {
@@ -115,6 +122,10 @@ mod tests {
             (project("acme", &[("Ready", "True"), ("ResourceCleanup", "True")], true), Leave("being deleted")),
             (project("a/b", &[("Ready", "True")], false), Leave("its name is no DNS name")),
             (project("", &[("Ready", "True")], false), Leave("its name is no DNS name")),
+            (project("..", &[("Ready", "True")], false), Leave("its name is no DNS name")),
+            (project(".", &[("Ready", "True")], false), Leave("its name is no DNS name")),
+            (project("-acme", &[("Ready", "True")], false), Leave("its name is no DNS name")),
+            (project("a.b-c", &[("Ready", "True")], false), Engage),
         ];
         for (project, expected) in cases {
             assert_eq!(engagement(&project), expected, "{project:?}");

@@ -21,6 +21,16 @@ pub fn parse_period(s: &str) -> Result<Duration, String> {
     }
 }
 
+/// A rate a second: 0 (unpaced), or from one every 1,000 s to a million a second. What pacing
+/// can take without overflowing its interval, and what an operator means.
+pub fn parse_rate(s: &str) -> Result<f64, String> {
+    match s.trim().parse::<f64>() {
+        Ok(rate) if rate == 0.0 || (0.001..=1_000_000.0).contains(&rate) => Ok(rate),
+        Ok(_) => Err(format!("{s:?}: 0 (unpaced), or from 0.001 to 1000000 a second")),
+        Err(e) => Err(format!("{s:?} is not a number a second: {e}")),
+    }
+}
+
 /// A Lease's duration: whole seconds, as the Lease records it, and at least 2 s (the leader
 /// renews five times a lease).
 pub fn parse_lease_duration(s: &str) -> Result<Duration, String> {
@@ -111,5 +121,15 @@ mod tests {
         assert!(parse_period("0s").is_err());
         assert_eq!(parse_lease_duration("15s"), Ok(Duration::from_secs(15)));
         assert!(parse_lease_duration("1s").is_err() && parse_lease_duration("2.5").is_err());
+    }
+
+    #[test]
+    fn rates() {
+        assert_eq!(parse_rate("50"), Ok(50.0));
+        assert_eq!(parse_rate("0.5"), Ok(0.5));
+        assert_eq!(parse_rate("0"), Ok(0.0));
+        for bad in ["-1", "1e-30", "NaN", "inf", "fast", "1e9"] {
+            assert!(parse_rate(bad).is_err(), "{bad}");
+        }
     }
 }
