@@ -150,7 +150,7 @@ pub struct Producer {
     /// Hub namespaces whose project label names another project than the one writing them.
     pub mismatched: Mutex<std::collections::BTreeSet<String>>,
     /// Paces record writes, `--max-writes-per-second`.
-    pub pacer: Option<edgegate_pruner::pruner::Pacer>,
+    pub pacer: Option<edgegate::runtime::pace::Pacer>,
 }
 
 impl Producer {

@@ -122,7 +122,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         metrics: Arc::clone(&metrics),
         recorder,
         mismatched: Mutex::default(),
-        pacer: Some(edgegate_pruner::pruner::Pacer::per_second(args.max_writes_per_second)),
+        pacer: Some(edgegate::runtime::pace::Pacer::per_second(args.max_writes_per_second)),
     };
     let (pruner, evidence) = match pruning {
         Some((parts, evidence)) => (Some(parts), evidence),

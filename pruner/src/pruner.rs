@@ -15,6 +15,7 @@ use edgegate::index::copies::CopyIndex;
 use edgegate::index::prune::plan;
 use edgegate::runtime::clock;
 use edgegate::runtime::lease::Leadership;
+use edgegate::runtime::pace::Pacer;
 use edgegate::runtime::wakeups::{Later, Wakeup, Wakeups};
 use edgegate::{CopySelector, EdgeReachability, RecordSource, RecordStore, Slice};
 use k8s_openapi::api::core::v1::ObjectReference;
@@ -30,56 +31,6 @@ use crate::metrics::Metrics;
 
 /// Deletions (each a DELETE and its Event) a pass has in flight at once.
 const IN_FLIGHT: usize = 8;
-
-/// Hands out start times for deletions (or, in the producer, record writes), at least `pace`
-/// apart, across every pass of the process: a withdrawal spread over many namespaces (each its
-/// own pass) is paced as one.
-#[derive(Debug)]
-pub struct Pacer {
-    pace: Duration,
-    next: Mutex<Option<Instant>>,
-    /// Closed at shutdown: no more turns, so only the DELETEs already sent are waited for.
-    closed: CancellationToken,
-}
-
-impl Pacer {
-    /// At most `per_second` turns a second; 0 or less: no pacing.
-    pub fn per_second(per_second: f64) -> Self {
-        let pace = if per_second > 0.0 { Duration::from_secs_f64(1.0 / per_second) } else { Duration::ZERO };
-        Pacer::new(pace)
-    }
-
-    pub fn new(pace: Duration) -> Self {
-        Pacer { pace, next: Mutex::new(None), closed: CancellationToken::new() }
-    }
-
-    /// Hand out no more turns.
-    pub fn close(&self) {
-        self.closed.cancel();
-    }
-
-    /// Wait until this caller's turn: the first at once, each later one `pace` after the last.
-    /// False once closed: the caller does not delete.
-    pub async fn turn(&self) -> bool {
-        if self.closed.is_cancelled() {
-            return false;
-        }
-        if self.pace.is_zero() {
-            return true;
-        }
-        let at = {
-            let mut next = self.next.lock();
-            let now = clock::now();
-            let at = next.map_or(now, |next| next.max(now));
-            *next = Some(at + self.pace);
-            at
-        };
-        tokio::select! {
-            () = tokio::time::sleep_until(at.into()) => true,
-            () = self.closed.cancelled() => false,
-        }
-    }
-}
 
 /// A held deletion: the copy by namespace, name and uid (a copy re-created is a new one).
 pub type CopyKey = (String, String, Option<String>);

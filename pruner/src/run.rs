@@ -23,7 +23,8 @@ use tokio_util::sync::CancellationToken;
 use crate::args::{Args, DeletionArgs};
 use crate::gate::Gate;
 use crate::metrics::Metrics;
-use crate::pruner::{Grace, Pacer, Pruner, named_again};
+use crate::pruner::{Grace, Pruner, named_again};
+use edgegate::runtime::pace::Pacer;
 
 pub async fn run(args: Args) -> anyhow::Result<()> {
     anyhow::ensure!(

@@ -9,6 +9,7 @@ pub mod controller;
 pub mod flags;
 pub mod lease;
 pub mod metrics;
+pub mod pace;
 pub mod process;
 pub mod rbac;
 pub mod supervise;

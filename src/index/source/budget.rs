@@ -4,47 +4,39 @@
 //! they come at a pace the server is sized for, and the last project is whole a known time later.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
-use parking_lot::Mutex;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+use crate::runtime::pace::Pacer;
 
 /// Lists in flight and their start pace, shared by every watch that takes from it.
 #[derive(Debug)]
 pub struct ListBudget {
     in_flight: Arc<Semaphore>,
-    pace: Duration,
-    next: Mutex<Option<Instant>>,
+    pacer: Pacer,
 }
 
 impl ListBudget {
     /// At most `in_flight` lists at once (at least 1), started at most `per_second` a second
     /// (0: unpaced).
     pub fn new(in_flight: usize, per_second: f64) -> Arc<Self> {
-        let pace = if per_second > 0.0 { Duration::from_secs_f64(1.0 / per_second) } else { Duration::ZERO };
-        Arc::new(ListBudget { in_flight: Arc::new(Semaphore::new(in_flight.max(1))), pace, next: Mutex::new(None) })
+        Arc::new(ListBudget {
+            in_flight: Arc::new(Semaphore::new(in_flight.max(1))),
+            pacer: Pacer::per_second(per_second),
+        })
     }
 
     /// Wait for a list's turn; the list may run while the permit is held.
     pub async fn take(&self) -> Option<OwnedSemaphorePermit> {
         let permit = Arc::clone(&self.in_flight).acquire_owned().await.ok()?;
-        if !self.pace.is_zero() {
-            let at = {
-                let mut next = self.next.lock();
-                let now = crate::runtime::clock::now();
-                let at = next.map_or(now, |next| next.max(now));
-                *next = Some(at + self.pace);
-                at
-            };
-            tokio::time::sleep_until(at.into()).await;
-        }
-        Some(permit)
+        self.pacer.turn().await.then_some(permit)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     /// A hundred lists wanting to start at once, with 4 in flight and 50 a second: they start
     /// 20 ms apart, never more than 4 held.

@@ -1,0 +1,60 @@
+//! Pacing: turns handed out at most so many a second, to whoever asks first.
+
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+use tokio_util::sync::CancellationToken;
+
+use crate::runtime::clock;
+
+/// Hands out start times at least `pace` apart, across every task of the process that takes
+/// from it: the pruner's deletions (a withdrawal spread over many namespaces, each its own pass,
+/// is paced as one), the producer's record writes, the lists of a
+/// [`ListBudget`](crate::index::source::budget::ListBudget).
+#[derive(Debug)]
+pub struct Pacer {
+    pace: Duration,
+    next: Mutex<Option<Instant>>,
+    /// Closed at shutdown: no more turns, so only the DELETEs already sent are waited for.
+    closed: CancellationToken,
+}
+
+impl Pacer {
+    /// At most `per_second` turns a second (one every 1,000 s at the least); 0 or less: no
+    /// pacing.
+    pub fn per_second(per_second: f64) -> Self {
+        let pace = if per_second > 0.0 { Duration::from_secs_f64(1.0 / per_second.max(0.001)) } else { Duration::ZERO };
+        Pacer::new(pace)
+    }
+
+    pub fn new(pace: Duration) -> Self {
+        Pacer { pace, next: Mutex::new(None), closed: CancellationToken::new() }
+    }
+
+    /// Hand out no more turns.
+    pub fn close(&self) {
+        self.closed.cancel();
+    }
+
+    /// Wait until this caller's turn: the first at once, each later one `pace` after the last.
+    /// False once closed: the caller does not delete.
+    pub async fn turn(&self) -> bool {
+        if self.closed.is_cancelled() {
+            return false;
+        }
+        if self.pace.is_zero() {
+            return true;
+        }
+        let at = {
+            let mut next = self.next.lock();
+            let now = clock::now();
+            let at = next.map_or(now, |next| next.max(now));
+            *next = Some(at + self.pace);
+            at
+        };
+        tokio::select! {
+            () = tokio::time::sleep_until(at.into()) => true,
+            () = self.closed.cancelled() => false,
+        }
+    }
+}
