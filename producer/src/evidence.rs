@@ -116,6 +116,21 @@ struct Waiting {
     fresh: bool,
 }
 
+/// `namespace`'s copies wait: `why` (`detail`, said in the log when the reason changes), since
+/// when it began (or now).
+fn hold(waiting: &Mutex<HashMap<String, Waiting>>, namespace: &str, why: Held, detail: &str, now: Instant) {
+    let mut waiting = waiting.lock();
+    let before = waiting.get(namespace).map(|w| (w.since, w.why));
+    let fresh = before.is_none_or(|(_, was)| was != why);
+    if fresh && why == Held::Unwatched {
+        tracing::warn!(hub_namespace = %namespace, "no engaged project owns this hub namespace; its copies are kept");
+    } else if fresh {
+        tracing::info!(hub_namespace = %namespace, reason = why.label(), detail, "due copies kept meanwhile");
+    }
+    let since = before.map_or(now, |(since, _)| since);
+    waiting.insert(namespace.to_owned(), Waiting { since, last: now, why, fresh });
+}
+
 /// What the producer's writes remember, shared with the evidence (the producer's fields of the
 /// same names).
 #[derive(Clone)]
@@ -163,30 +178,44 @@ impl Evidence {
 
     /// Why the copy must be kept now, if it must.
     pub fn judge(&self, deletion: &Deletion, now: Instant) -> Option<Held> {
+        self.judge_why(deletion, now).map(|(held, _)| held)
+    }
+
+    /// [`judge`](Self::judge), and in a few words why (for the log).
+    fn judge_why(&self, deletion: &Deletion, now: Instant) -> Option<(Held, &'static str)> {
         let hub_ns = deletion.namespace.as_str();
         let Some((project, index, namespace)) = self.owner(hub_ns) else {
             // Its labelled project, engaged but not listed whole, may just not know it yet.
             let listing = labelled_project(&self.view, &self.projects, hub_ns)
                 .and_then(|name| self.projects.read().get(&name).map(|index| !index.synced()))
                 .unwrap_or(false);
-            return Some(if listing { Held::Incomplete } else { Held::Unwatched });
+            return Some(if listing {
+                (Held::Incomplete, "its project is listing")
+            } else {
+                (Held::Unwatched, "no engaged project owns it")
+            });
         };
-        let whole = |for_: Option<Duration>| for_.is_some_and(|f| f >= self.whole_for);
-        if !self.view.synced() || !whole(index.whole_for(now)) || self.unanswered(&project, now) {
-            return Some(Held::Incomplete);
+        if !self.view.synced() {
+            return Some((Held::Incomplete, "the hub's view is not synced"));
+        }
+        if index.whole_for(now).is_none_or(|f| f < self.whole_for) {
+            return Some((Held::Incomplete, "its project not whole for --withdraw-after + --grace"));
+        }
+        if self.unanswered(&project, now) {
+            return Some((Held::Incomplete, "its project did not answer a live read"));
         }
         if index.undecodable_in(&namespace) {
-            return Some(Held::Incomplete);
+            return Some((Held::Incomplete, "an object there cannot be decoded"));
         }
         if self.memory.failing.lock().contains_key(hub_ns) {
-            return Some(Held::Unwritten);
+            return Some((Held::Unwritten, "its record's last write failed"));
         }
         let mut serving = self.memory.unwritten.lock().recent(hub_ns, now);
         serving.extend(self.memory.served.lock().recent(hub_ns, now));
         serving.extend(index.reachable(&namespace).addresses);
         let serving = Record::from_entries(serving.iter().map(String::as_str));
         if deletion.addresses.iter().any(|a| serving.names(a)) {
-            return Some(Held::Served);
+            return Some((Held::Served, "an address of its is served, or was lately"));
         }
         None
     }
@@ -221,18 +250,6 @@ impl Evidence {
         liveness.get(project).and_then(|l| l.failed).is_some_and(|f| now.saturating_duration_since(f) < UNANSWERED_FOR)
     }
 
-    /// `namespace`'s copies wait: `why`, since when it began (or now).
-    fn hold(&self, namespace: &str, why: Held, now: Instant) {
-        let mut waiting = self.waiting.lock();
-        let before = waiting.get(namespace).map(|w| (w.since, w.why));
-        if why == Held::Unwatched && before.is_none_or(|(_, was)| was != why) {
-            tracing::warn!(hub_namespace = %namespace, "no engaged project owns this hub namespace; its copies are kept");
-        }
-        let since = before.map_or(now, |(since, _)| since);
-        let fresh = before.is_none_or(|(_, was)| was != why);
-        waiting.insert(namespace.to_owned(), Waiting { since, last: now, why, fresh });
-    }
-
     /// Hub namespaces whose deletions wait now, by why.
     pub fn held(&self) -> HashMap<Held, usize> {
         let now = clock::now();
@@ -246,13 +263,13 @@ impl Evidence {
 
 impl Gate for Evidence {
     fn allows(&self, deletion: &Deletion, _due: Instant, now: Instant) -> bool {
-        match self.judge(deletion, now) {
+        match self.judge_why(deletion, now) {
             None => {
                 self.waiting.lock().remove(&deletion.namespace);
                 true
             }
-            Some(why) => {
-                self.hold(&deletion.namespace, why, now);
+            Some((why, detail)) => {
+                hold(&self.waiting, &deletion.namespace, why, detail, now);
                 false
             }
         }
@@ -286,7 +303,7 @@ impl Gate for Evidence {
         let owner = self.owner(&deletion.namespace).map(|(name, _, _)| name);
         let client = owner.as_ref().and_then(|name| self.clients.read().get(name).cloned());
         let (Some(project), Some(client)) = (owner, client) else {
-            self.hold(&deletion.namespace, Held::Incomplete, now);
+            hold(&self.waiting, &deletion.namespace, Held::Incomplete, "its project is not engaged", now);
             return Box::pin(std::future::ready(false));
         };
         let look = {
@@ -302,14 +319,18 @@ impl Gate for Evidence {
                 Some(tokio::spawn(look(project, client, Arc::clone(&self.liveness))))
             }
         };
-        // Held meanwhile (counted as incomplete): the namespace is looked at again in RECHECK.
-        self.hold(&deletion.namespace, Held::Incomplete, now);
-        let Some(look) = look else { return Box::pin(std::future::ready(false)) };
+        // Unanswered yet, held meanwhile (counted as incomplete): the namespace is looked at
+        // again in RECHECK.
+        let awaited = "a live read of its project is awaited";
+        let Some(look) = look else {
+            hold(&self.waiting, &deletion.namespace, Held::Incomplete, awaited, now);
+            return Box::pin(std::future::ready(false));
+        };
         let (waiting, namespace) = (Arc::clone(&self.waiting), deletion.namespace.clone());
         Box::pin(async move {
             let answered = matches!(tokio::time::timeout(CONFIRM_WAIT, look).await, Ok(Ok(true)));
-            if answered {
-                waiting.lock().remove(&namespace);
+            if !answered {
+                hold(&waiting, &namespace, Held::Incomplete, awaited, clock::now());
             }
             answered
         })
