@@ -2,10 +2,13 @@
 # The producer at fleet scale against the Milo stand-in (tests/system/tests/fleet.rs): N projects
 # on one real kube-apiserver served by path over TLS, one in five serving an address; the
 # producer's RSS and sockets as projects are engaged in steps (N/10, 3N/10, N), Milo's requests
-# per project per second at rest, and a cold start's time to engage them all. Prints the report
-# (lines starting "fleet:").
+# per project per second at rest; project changes at 20/s and how soon the records follow; one
+# project silent for --fault-secs (its copies kept, everyone else's work in its usual time);
+# projects let go and engaged again; and a cold start's time to engage them all. Prints the
+# report (lines starting "fleet:").
 #
-#   scripts/fleet.sh [--projects N]        (default 1,000)
+#   scripts/fleet.sh [--projects N] [--fault-secs S] [--fault silent|500]
+#                                          (defaults 1,000; 600; silent)
 #
 # Release binaries; loopback only; every wait is bounded.
 set -euo pipefail
@@ -13,7 +16,9 @@ cd "$(dirname "$0")/.."
 while [ $# -gt 0 ]; do
   case "$1" in
     --projects) export FLEET_PROJECTS="$2"; shift 2 ;;
-    *) echo "usage: $0 [--projects N]" >&2; exit 2 ;;
+    --fault-secs) export FLEET_FAULT_SECS="$2"; shift 2 ;;
+    --fault) export FLEET_FAULT="$2"; shift 2 ;;
+    *) echo "usage: $0 [--projects N] [--fault-secs S] [--fault silent|500]" >&2; exit 2 ;;
   esac
 done
 cargo build --release --locked --workspace --bins --quiet

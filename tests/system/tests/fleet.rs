@@ -7,21 +7,29 @@
 //! requests per project per second Milo serves at rest, and how long a cold start takes to engage
 //! every project and write every record. `scripts/fleet.sh` runs it with release binaries.
 
+use std::collections::{BTreeSet, HashMap};
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use edgegate_system_tests::helpers::*;
-use edgegate_system_tests::milo::{Milo, world};
+use edgegate_system_tests::milo::{Fault, Milo, PROJECT_LABEL, world};
 use edgegate_system_tests::pod::{Rewrite, RunningPod, run};
 use edgegate_system_tests::shipped;
+use edgegate_system_tests::soak::project::put;
 use futures::StreamExt;
 
-/// Project `p{i}`: its Project (not Ready yet), its namespace and, one in five, what serves an
-/// address; its hub namespace labelled for it.
-async fn make_project(backing: &Client, hub: &Client, i: usize) {
+/// Project `p{i}`: its Project (not Ready yet), its namespace and, if `serving`, what serves an
+/// address; its hub namespace labelled for it, returned.
+async fn make_project(backing: &Client, hub: &Client, i: usize, serving: bool) -> String {
     let name = format!("p{i:05}");
     world::project(backing, &name, None).await;
-    let address = i.is_multiple_of(5).then(|| format!("fd20:{:x}::1", i + 1));
-    world::project_namespace(backing, hub, &name, &format!("{name}-web"), address.as_deref()).await;
+    let address = serving.then(|| address(i, 0));
+    world::project_namespace(backing, hub, &name, &format!("{name}-web"), address.as_deref()).await
+}
+
+/// Project `i`'s address after `generation` changes.
+fn address(i: usize, generation: usize) -> String {
+    format!("fd20:{:x}::{:x}", i + 1, generation + 1)
 }
 
 /// Projects `range` turned Ready (`True`) or not (`False`: Milo's control plane for them not
@@ -57,11 +65,149 @@ async fn all_whole(pod: &RunningPod, n: u64, within: Duration) -> Duration {
     started.elapsed()
 }
 
+fn percentile(values: &[Duration], p: f64) -> Duration {
+    let mut sorted = values.to_vec();
+    sorted.sort_unstable();
+    let at = ((sorted.len() as f64 * p).ceil() as usize).clamp(1, sorted.len().max(1)) - 1;
+    sorted.get(at).copied().unwrap_or_default()
+}
+
+fn change_pct(before: Duration, after: Duration) -> f64 {
+    (after.as_secs_f64() / before.as_secs_f64().max(f64::EPSILON) - 1.0) * 100.0
+}
+
+/// The hub's records as the test's own watch sees them: how long each change took to be named
+/// there, and each address it replaced to leave.
+#[derive(Default)]
+struct Probe {
+    /// (hub namespace, address) waiting to be named / to leave: since when.
+    to_name: HashMap<(String, String), Instant>,
+    to_leave: HashMap<(String, String), Instant>,
+    named: Vec<Duration>,
+    left: Vec<Duration>,
+    /// Changes replaced before a record named them.
+    superseded: usize,
+}
+
+impl Probe {
+    fn seen(&mut self, ns: &str, addresses: &BTreeSet<String>) {
+        let now = Instant::now();
+        let (named, left) = (&mut self.named, &mut self.left);
+        self.to_name.retain(|(n, a), since| {
+            let done = n == ns && addresses.contains(a);
+            if done {
+                named.push(now - *since);
+            }
+            !done
+        });
+        self.to_leave.retain(|(n, a), since| {
+            let done = n == ns && !addresses.contains(a);
+            if done {
+                left.push(now - *since);
+            }
+            !done
+        });
+    }
+
+    fn settled(&self) -> bool {
+        self.to_name.is_empty() && self.to_leave.is_empty()
+    }
+
+    /// What was measured since the last take: times to be named, to leave, and how many changes
+    /// were superseded.
+    fn take(&mut self) -> (Vec<Duration>, Vec<Duration>, usize) {
+        (std::mem::take(&mut self.named), std::mem::take(&mut self.left), std::mem::take(&mut self.superseded))
+    }
+}
+
+fn watch_records(hub: Client, probe: Arc<Mutex<Probe>>) -> tokio::task::JoinHandle<()> {
+    use kube::runtime::{WatchStreamExt, watcher};
+    let api: Api<edgegate::EdgeReachability> = Api::all(hub);
+    tokio::spawn(async move {
+        let mut records = watcher(api, watcher::Config::default()).default_backoff().applied_objects().boxed();
+        while let Some(record) = records.next().await {
+            let Ok(record) = record else { continue };
+            let ns = record.metadata.namespace.clone().unwrap_or_default();
+            let addresses: BTreeSet<String> = record.entries().iter().cloned().collect();
+            probe.lock().expect("probe").seen(&ns, &addresses);
+        }
+    })
+}
+
+async fn record_of(hub: &Client, ns: &str) -> Vec<String> {
+    let api: Api<edgegate::EdgeReachability> = Api::namespaced(hub.clone(), ns);
+    api.get_opt("default").await.expect("record").map(|r| r.entries().to_vec()).unwrap_or_default()
+}
+
+/// `rate` changes a second for `for_`, round-robin over `projects`: each moves the project's
+/// interface to a new address (named at once; the old one withdrawn after --withdraw-after).
+/// Returns how long the changes took to send.
+async fn change(
+    backing: &Client,
+    hub_namespaces: &[String],
+    projects: std::ops::Range<usize>,
+    generations: &mut [usize],
+    probe: &Mutex<Probe>,
+    rate: f64,
+    for_: Duration,
+) -> Duration {
+    let started = Instant::now();
+    let mut tick = tokio::time::interval(Duration::from_secs_f64(1.0 / rate));
+    let mut writes = Vec::new();
+    for i in projects.cycle() {
+        tick.tick().await;
+        if started.elapsed() >= for_ {
+            break;
+        }
+        let old = address(i, generations[i]);
+        generations[i] += 1;
+        let new = address(i, generations[i]);
+        let ns = hub_namespaces[i].clone();
+        {
+            let mut probe = probe.lock().expect("probe");
+            let now = Instant::now();
+            // An address replaced before any record named it was never in an answer (the
+            // producer took both changes at once): superseded, neither named nor withdrawn.
+            if probe.to_name.remove(&(ns.clone(), old.clone())).is_some() {
+                probe.superseded += 1;
+            } else {
+                probe.to_leave.insert((ns.clone(), old), now);
+            }
+            probe.to_name.insert((ns, new.clone()), now);
+        }
+        let labels = json!({PROJECT_LABEL: format!("p{i:05}"), "app": "web"});
+        let body = json!({"metadata": {"labels": labels}, "spec": {"addresses": [{"address": new}]}, "status": {"phase": "Bound"}});
+        let backing = backing.clone();
+        writes.push(tokio::spawn(async move {
+            put(&backing, &format!("p{i:05}-web"), "NetworkInterface", "web", body).await.expect("change")
+        }));
+    }
+    for write in writes {
+        write.await.expect("change");
+    }
+    started.elapsed()
+}
+
+/// A copy of `address`, which nothing serves, in `ns`: how long until it is collected.
+async fn copy_collected(hub: Client, ns: String, address: &'static str) -> Duration {
+    let name = format!("unserved-{}", address.replace(':', "-"));
+    create(&hub, &ns, &slice("fleet", &name, true, &[address]), false).await.expect("copy");
+    // A loop, not `eventually`: this runs as a task of its own.
+    let started = Instant::now();
+    while exists(&hub, &ns, &name).await {
+        assert!(started.elapsed() < Duration::from_secs(600), "{ns}/{name}, unserved, not collected in 10 min");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    started.elapsed()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "minutes: scripts/fleet.sh"]
 async fn fleet() {
     let total: usize = std::env::var("FLEET_PROJECTS").ok().and_then(|v| v.parse().ok()).unwrap_or(1_000);
-    let steps: Vec<usize> = [total / 10, total * 3 / 10, total].into_iter().filter(|s| *s > 0).collect();
+    // The serving projects come first: the step to `total / 5` engages serving ones only, the
+    // last one idle ones only, so each kind's cost is a slope of its own.
+    let steps: Vec<usize> = [total / 10, total / 5, total].into_iter().filter(|s| *s > 0).collect();
     let hub_cp = ControlPlane::own();
     let backing_cp = ControlPlane::own();
     let (hub, backing) = (hub_cp.client().await, backing_cp.client().await);
@@ -69,16 +215,19 @@ async fn fleet() {
     world::install_crds(&backing_cp);
     tokio::time::sleep(Duration::from_secs(3)).await;
     let milo = Milo::start(&backing_cp).await;
-    let render = shipped::install_with_milo("fleet", &hub_cp, &backing_cp, &milo).await;
+    let render = shipped::install_with_milo("fleet", &hub_cp, &backing_cp, &milo, &[]).await;
 
     let made = Instant::now();
-    futures::stream::iter(0..total)
-        .for_each_concurrent(16, |i| {
+    let serving = (total / 5).max(3);
+    let hub_namespaces: Vec<String> = futures::stream::iter(0..total)
+        .map(|i| {
             let (backing, hub) = (backing.clone(), hub.clone());
-            async move { make_project(&backing, &hub, i).await }
+            async move { make_project(&backing, &hub, i, i < serving).await }
         })
+        .buffered(16)
+        .collect()
         .await;
-    eprintln!("fleet: {total} projects made in {:?}", made.elapsed());
+    eprintln!("fleet: {total} projects made in {:?}, the first {serving} serving", made.elapsed());
 
     let pod = run(&hub_cp, &render, "edgegate-producer", 0, &[Rewrite::ListenAddress, Rewrite::MountPath]).await;
     until_ready("producer ready", &pod.process, None).await;
@@ -104,15 +253,108 @@ async fn fleet() {
     let requests = milo.requests().values().sum::<u64>() - before;
     let per_project = requests as f64 / rest.as_secs_f64() / total as f64;
     eprintln!("fleet: at rest, {requests} requests in {rest:?}: {per_project:.4} per project per second");
-    if let (Some(first), Some(last)) = (samples.first(), samples.last()) {
-        let slope_kib = (last.1.saturating_sub(first.1) * 1024) as f64 / (last.0 - first.0).max(1) as f64;
-        let sockets_per = (last.2.saturating_sub(first.2)) as f64 / (last.0 - first.0).max(1) as f64;
-        eprintln!("fleet: per project ({} → {}): {slope_kib:.0} KiB of RSS, {sockets_per:.2} sockets", first.0, last.0);
+    let slope = |from: (usize, u64, usize), to: (usize, u64, usize)| {
+        let n = to.0.saturating_sub(from.0).max(1) as f64;
+        (to.1.saturating_sub(from.1) as f64 * 1024.0 / n, to.2.saturating_sub(from.2) as f64 / n)
+    };
+    if let [first, middle, last] = samples[..] {
+        let (all, all_sockets) = slope(first, last);
+        let (serving_kib, serving_sockets) = slope(first, middle);
+        let (idle_kib, idle_sockets) = slope(middle, last);
+        eprintln!("fleet: per project ({} → {}): {all:.0} KiB of RSS, {all_sockets:.2} sockets", first.0, last.0);
+        eprintln!(
+            "fleet: per serving project ({} → {}): {serving_kib:.0} KiB, {serving_sockets:.2} sockets; per idle project ({} → {}): {idle_kib:.0} KiB, {idle_sockets:.2} sockets; one in five serving: {:.0} KiB",
+            first.0,
+            middle.0,
+            middle.0,
+            last.0,
+            0.2 * serving_kib + 0.8 * idle_kib
+        );
     }
 
     let scrape = metrics(&pod.process);
     let series = scrape.lines().filter(|l| !l.starts_with('#') && !l.trim().is_empty()).count();
     eprintln!("fleet: metric series at {total} projects: {series}");
+
+    // Changes: 20 a second, round-robin over the serving projects, each an interface moved to a
+    // new address; how long until the hub's record names it, and the old one leaves. Meanwhile a
+    // copy nobody serves, in a project that answers: how long it stays (the usual bound).
+    let probe = Arc::new(Mutex::new(Probe::default()));
+    let watching = watch_records(hub.clone(), Arc::clone(&probe));
+    let mut generations = vec![0; serving];
+    let baseline = tokio::spawn(copy_collected(hub.clone(), hub_namespaces[2].clone(), "fd20:dead::2"));
+    let took =
+        change(&backing, &hub_namespaces, 0..serving, &mut generations, &probe, 20.0, Duration::from_secs(60)).await;
+    eventually(Duration::from_secs(120), "every change named and withdrawn", async || {
+        probe.lock().expect("probe").settled()
+    })
+    .await;
+    let (named, withdrawn, superseded) = probe.lock().expect("probe").take();
+    eprintln!(
+        "fleet: {} changes at 20/s over {serving} serving projects ({took:.1?}; {superseded} more replaced before any record named them): record names the new address after median {:.1?}, p99 {:.1?}, max {:.1?}; the old one leaves after median {:.1?} (--withdraw-after 15s)",
+        named.len(),
+        percentile(&named, 0.5),
+        percentile(&named, 0.99),
+        percentile(&named, 1.0),
+        percentile(&withdrawn, 0.5),
+    );
+    let usual = baseline.await.expect("baseline copy");
+    eprintln!("fleet: an unserved copy in a healthy project collected after {usual:.1?} (--grace 30s)");
+
+    // One project silent (Milo holds its requests open; FLEET_FAULT=500 answers 500 instead) for
+    // FLEET_FAULT_SECS (default 10 min): its copy nobody serves is kept throughout, and its record
+    // left as it is; every other project's changes and withdrawals, and another copy's
+    // collection, take what they took before.
+    let fault_for =
+        Duration::from_secs(std::env::var("FLEET_FAULT_SECS").ok().and_then(|v| v.parse().ok()).unwrap_or(600));
+    let fault = match std::env::var("FLEET_FAULT").as_deref() {
+        Ok("500") => Fault::Status(500),
+        _ => Fault::Silent,
+    };
+    let (bad, bad_ns) = ("p00000", hub_namespaces[0].clone());
+    // The idle projects see no change meanwhile: their requests over the whole phase (longer
+    // than a watch's 290 s) are what an idle project costs Milo at rest.
+    let idle_requests = || {
+        let requests = milo.requests();
+        (serving..total).map(|i| requests.get(&format!("p{i:05}")).copied().unwrap_or_default()).sum::<u64>()
+    };
+    let (idle_before, idle_since) = (idle_requests(), Instant::now());
+    milo.set_fault(bad, Some(fault));
+    let record_before = record_of(&hub, &bad_ns).await;
+    create(&hub, &bad_ns, &slice("fleet", "unserved", true, &["fd20:dead::1"]), false).await.expect("copy");
+    let other = tokio::spawn(copy_collected(hub.clone(), hub_namespaces[1].clone(), "fd20:dead::3"));
+    let took = change(&backing, &hub_namespaces, 1..serving, &mut generations, &probe, 2.0, fault_for).await;
+    eventually(Duration::from_secs(120), "every change named and withdrawn", async || {
+        probe.lock().expect("probe").settled()
+    })
+    .await;
+    let (named_cut, withdrawn_cut, _) = probe.lock().expect("probe").take();
+    let during = other.await.expect("copy during the fault");
+    assert!(exists(&hub, &bad_ns, "unserved").await, "the unreadable project's copy was deleted");
+    assert_eq!(record_of(&hub, &bad_ns).await, record_before, "the unreadable project's record changed");
+    eprintln!(
+        "fleet: {bad} {fault:?} for {took:.0?}: its unserved copy kept and its record unchanged throughout; the others' {} changes named after median {:.1?}, p99 {:.1?}, withdrawn after median {:.1?} ({:+.1} % against before); another project's unserved copy collected after {during:.1?} ({:+.1} %)",
+        named_cut.len(),
+        percentile(&named_cut, 0.5),
+        percentile(&named_cut, 0.99),
+        percentile(&withdrawn_cut, 0.5),
+        change_pct(percentile(&withdrawn, 0.5), percentile(&withdrawn_cut, 0.5)),
+        change_pct(usual, during),
+    );
+    let (idle, over) = (idle_requests() - idle_before, idle_since.elapsed());
+    eprintln!(
+        "fleet: at rest, the {} idle projects over {over:.0?}: {idle} requests, {:.4} per idle project per second",
+        total - serving,
+        idle as f64 / over.as_secs_f64() / (total - serving).max(1) as f64
+    );
+    milo.set_fault(bad, None);
+    let lifted = Instant::now();
+    eventually(Duration::from_secs(300), "the recovered project's copy collected", async || {
+        !exists(&hub, &bad_ns, "unserved").await
+    })
+    .await;
+    eprintln!("fleet: {bad} answering again: its unserved copy collected {:.1?} after", lifted.elapsed());
+    watching.abort();
 
     // Engaged and let go again and again: half the projects not Ready, then Ready, ten times; the
     // memory after the tenth against after the first.
