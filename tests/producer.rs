@@ -367,6 +367,69 @@ async fn a_project_that_cannot_be_read_holds_only_its_own_copies() {
     assert_eq!(long.judge(&copy("ns-u1", "fd20::9"), now), Some(Held::Incomplete));
 }
 
+/// The live read before a DELETE (`Gate::confirm`), on a project whose reads the test answers by
+/// hand: a pass waits for it 0.5 s at most and keeps the copy; a second asking while it is under
+/// way keeps it at once, with no second read; a read unanswered for 5 s fails and holds the
+/// project's copies (incomplete); the next asking reads again without waiting; an answer vouches.
+#[tokio::test]
+async fn a_live_read_bounds_what_a_pass_waits() {
+    use edgegate::core::plan::Deletion;
+    use edgegate_producer::evidence::{Evidence, Held};
+    use edgegate_pruner::gate::Gate;
+    use std::time::Instant;
+    let hub_namespaces = vec![json!({"metadata": {"name": "ns-u1", "resourceVersion": "1",
+        "labels": {"meta.datumapis.com/upstream-cluster-name": "cluster-acme"}}})];
+    let h = start(project(None, None), vec![(NAMESPACES, Some(hub_namespaces)), (RECORDS, Some(vec![]))]);
+    until("acme whole", || {
+        h.producer.view.synced() && h.producer.projects.read().get("acme").is_some_and(|p| p.synced())
+    })
+    .await;
+    let (reads, mut read) =
+        tower_test::mock::pair::<http::Request<kube::client::Body>, http::Response<kube::client::Body>>();
+    let clients = edgegate_producer::evidence::Clients::default();
+    clients.write().insert("acme".to_owned(), Client::new(reads, "default"));
+    let memory = edgegate_producer::evidence::Memory {
+        unwritten: Arc::clone(&h.producer.unwritten),
+        served: Arc::clone(&h.producer.served),
+        failing: Arc::clone(&h.producer.failing),
+    };
+    let (view, projects) = (Arc::clone(&h.producer.view), Arc::clone(&h.producer.projects));
+    let evidence = Evidence::new(view, projects, clients, memory, Duration::ZERO, Default::default());
+    let copy = Deletion {
+        namespace: "ns-u1".into(),
+        name: "web".into(),
+        uid: Some("c1".into()),
+        resource_version: Some("1".into()),
+        addresses: vec!["fd20::9".into()],
+    };
+
+    let started = Instant::now();
+    let confirmed = evidence.confirm(&copy);
+    let (request, unanswered) = read.next_request().await.expect("a live read");
+    assert!(request.uri().path().ends_with("/namespaces"), "{}", request.uri());
+    assert!(!confirmed.await, "no answer: kept");
+    let waited = started.elapsed();
+    println!("a pass waited {waited:?} for an unanswered live read");
+    assert!(waited < Duration::from_secs(2), "a pass waited {waited:?}");
+    let again = Instant::now();
+    assert!(!evidence.confirm(&copy).await, "the read is still under way: kept");
+    assert!(again.elapsed() < Duration::from_millis(200), "waited {:?} with a read under way", again.elapsed());
+    assert_eq!(evidence.judge(&copy, edgegate::runtime::clock::now()), None, "not failed yet: judged whole");
+
+    // Unanswered for 5 s: failed; acme's copies are kept without asking again.
+    tokio::time::sleep(Duration::from_millis(5_300)).await;
+    drop(unanswered);
+    assert_eq!(evidence.judge(&copy, edgegate::runtime::clock::now()), Some(Held::Incomplete));
+    // Asked anyway (the pruner does not, while judged so): a new read, not waited for.
+    let asked = Instant::now();
+    assert!(!evidence.confirm(&copy).await);
+    assert!(asked.elapsed() < Duration::from_millis(200), "waited {:?} after a failed read", asked.elapsed());
+    let (_, answer) = read.next_request().await.expect("a new read");
+    answer.send_response(mock::json_response(200, &mock::list("NamespaceList", vec![])));
+    until("the answer noted", || evidence.judge(&copy, edgegate::runtime::clock::now()).is_none()).await;
+    assert!(evidence.confirm(&copy).await, "answered just now: vouched for");
+}
+
 /// A write that always fails is retried, its namespace alone, after a doubling wait up to a
 /// minute: before, every failed write asked for a pass over every namespace 2 s later, for ever.
 #[test]

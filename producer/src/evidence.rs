@@ -316,7 +316,10 @@ impl Gate for Evidence {
                 None
             } else {
                 state.looking = true;
-                Some(tokio::spawn(look(project, client, Arc::clone(&self.liveness))))
+                let look = tokio::spawn(look(project, client, Arc::clone(&self.liveness)));
+                // A project whose last read failed is looked at again without waiting: with
+                // many such projects, even 0.5 s each would add up in the passes.
+                state.failed.is_none().then_some(look)
             }
         };
         // Unanswered yet, held meanwhile (counted as incomplete): the namespace is looked at
@@ -340,6 +343,17 @@ impl Gate for Evidence {
 /// One live look at `project` (a read of one namespace's metadata): its outcome noted in
 /// `liveness`, a failure logged once until it answers again.
 async fn look(project: String, client: kube::Client, liveness: Arc<Mutex<HashMap<String, Liveness>>>) -> bool {
+    /// Whatever ends the look (an answer, a failure, the task aborted), it is no longer under
+    /// way: otherwise that project's copies would wait for good.
+    struct Done<'a>(&'a str, &'a Mutex<HashMap<String, Liveness>>);
+    impl Drop for Done<'_> {
+        fn drop(&mut self) {
+            if let Some(state) = self.1.lock().get_mut(self.0) {
+                state.looking = false;
+            }
+        }
+    }
+    let _done = Done(&project, &liveness);
     let namespaces: kube::Api<NamespaceMeta> = kube::Api::all(client);
     let params = kube::api::ListParams::default().limit(1);
     let outcome = match tokio::time::timeout(CONFIRM_WITHIN, namespaces.list_metadata(&params)).await {
@@ -350,7 +364,6 @@ async fn look(project: String, client: kube::Client, liveness: Arc<Mutex<HashMap
     let now = clock::now();
     let mut liveness = liveness.lock();
     let state = liveness.entry(project.clone()).or_default();
-    state.looking = false;
     match outcome {
         Ok(()) => {
             state.answered = Some(now);
