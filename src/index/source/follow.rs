@@ -134,8 +134,9 @@ const FIRST_BACKOFF: Duration = Duration::from_millis(500);
 /// Short enough that an index is whole again within seconds of the API server coming back.
 const MAX_BACKOFF: Duration = Duration::from_secs(2);
 
-/// How long one list may hold its turn in a [`super::budget::ListBudget`]: a list is a few
-/// hundred milliseconds; one that takes longer goes on, but no longer counts against the budget.
+/// How long a list may hold its turn in a [`super::budget::ListBudget`] without bringing
+/// anything: a list's pages come within a few hundred milliseconds; one that brings nothing for
+/// longer goes on, but no longer counts against the budget.
 pub const LIST_TURN: Duration = Duration::from_secs(10);
 
 /// How long one watch request of a project's lasts: a project's watches are long, so an idle
@@ -167,7 +168,7 @@ where
 }
 
 /// [`follow`], each (re-)list started within `budget`: its turn taken before the watch starts,
-/// held until the list is whole or fails.
+/// held until the list is whole or fails, or brings nothing for [`LIST_TURN`].
 pub async fn follow_within<K, S>(
     api: Api<DeserializeGuard<K>>,
     config: watcher::Config,
@@ -200,16 +201,21 @@ pub async fn follow_within<K, S>(
             Some(budget) => budget.take().await,
             None => None,
         };
-        let turn_ends = tokio::time::Instant::now() + LIST_TURN;
+        let mut turn_ends = tokio::time::Instant::now() + LIST_TURN;
         let events = watcher(api.clone(), config.clone());
         futures::pin_mut!(events);
         loop {
             let event = if turn.is_some() {
                 tokio::select! {
-                    event = events.next() => event,
+                    event = events.next() => {
+                        // Coming along: the turn is kept while the list makes progress.
+                        turn_ends = tokio::time::Instant::now() + LIST_TURN;
+                        event
+                    }
                     () = tokio::time::sleep_until(turn_ends) => {
-                        // A list this slow (a project that does not answer) must not keep
-                        // others' from starting: it goes on outside the budget.
+                        // A list that brings nothing for this long (a project that does not
+                        // answer) must not keep others' from starting: it goes on outside the
+                        // budget.
                         drop(turn.take());
                         continue;
                     }
@@ -294,6 +300,8 @@ mod tests {
         let (_, _hold_a) = next.expect("a's next list within 60 s").expect("a's second list");
         let waited = started.elapsed();
         println!("a's next list started {waited:?} in, b's list hanging");
+        // Not before b's turn ran out (the budget holds), and not long after.
+        assert!(waited >= LIST_TURN - Duration::from_millis(100), "the budget did not hold: {waited:?}");
         assert!(waited <= LIST_TURN + Duration::from_millis(100), "{waited:?}");
         a.abort();
         b.abort();
