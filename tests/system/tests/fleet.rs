@@ -341,6 +341,13 @@ async fn fleet() {
         change_pct(percentile(&withdrawn, 0.5), percentile(&withdrawn_cut, 0.5)),
         change_pct(usual, during),
     );
+    // Generous bounds (the figures are the report's): the others' work as before, give or take.
+    let before_withdrawn = percentile(&withdrawn, 0.5);
+    assert!(
+        percentile(&withdrawn_cut, 0.5) <= before_withdrawn.mul_f64(1.5) + Duration::from_secs(2),
+        "withdrawals slowed while {bad} was {fault:?}"
+    );
+    assert!(during <= usual.mul_f64(1.5) + Duration::from_secs(10), "collection slowed while {bad} was {fault:?}");
     let (idle, over) = (idle_requests() - idle_before, idle_since.elapsed());
     eprintln!(
         "fleet: at rest, the {} idle projects over {over:.0?}: {idle} requests, {:.4} per idle project per second",

@@ -4,7 +4,10 @@
 //! 1. never withdraw what serves: no copy is deleted, other than by the cell or with its
 //!    namespace, while its address was served at any moment of the last `withdraw-after + grace
 //!    − ε` (ε: 0.5 s, the sampling period and timer slack; an address stops serving when the
-//!    change that stopped it was sent, however late this view received it), except a deletion less than 2 s
+//!    change that stopped it was sent, however late this view received it: the earliest sending
+//!    among its namespace's changes received since the last sample that saw it served, a lower
+//!    bound, which in a burst of held-up writes, the project frozen, can be seconds early and so
+//!    lenient), except a deletion less than 2 s
 //!    after the address was served again following a break longer than that (the news cannot
 //!    have reached the producer's pruning: counted as a race); no write is refused whose address has been
 //!    served, without a break, for that long (outside faults);
