@@ -429,3 +429,10 @@ pub fn run_bounded(cmd: &mut std::process::Command, seconds: u64) -> std::proces
     assert_ne!(out.status.code(), Some(124), "{cmd:?} took more than {seconds}s");
     out
 }
+
+/// The `p` quantile (0 to 1) of `values`, the nearest by rank; zero when there are none.
+pub fn percentile(values: &[Duration], p: f64) -> Duration {
+    let mut sorted = values.to_vec();
+    sorted.sort_unstable();
+    sorted.get(((sorted.len() as f64 - 1.0) * p).round() as usize).copied().unwrap_or_default()
+}

@@ -65,13 +65,6 @@ async fn all_whole(pod: &RunningPod, n: u64, within: Duration) -> Duration {
     started.elapsed()
 }
 
-fn percentile(values: &[Duration], p: f64) -> Duration {
-    let mut sorted = values.to_vec();
-    sorted.sort_unstable();
-    let at = ((sorted.len() as f64 * p).ceil() as usize).clamp(1, sorted.len().max(1)) - 1;
-    sorted.get(at).copied().unwrap_or_default()
-}
-
 fn change_pct(before: Duration, after: Duration) -> f64 {
     (after.as_secs_f64() / before.as_secs_f64().max(f64::EPSILON) - 1.0) * 100.0
 }
@@ -188,6 +181,15 @@ async fn change(
     started.elapsed()
 }
 
+/// Until every change sent is named and every address it replaced has left; what was measured.
+async fn settle(probe: &Mutex<Probe>) -> (Vec<Duration>, Vec<Duration>, usize) {
+    eventually(Duration::from_secs(120), "every change named and withdrawn", async || {
+        probe.lock().expect("probe").settled()
+    })
+    .await;
+    probe.lock().expect("probe").take()
+}
+
 /// A copy of `address`, which nothing serves, in `ns`: how long until it is collected.
 async fn copy_collected(hub: Client, ns: String, address: &'static str) -> Duration {
     let name = format!("unserved-{}", address.replace(':', "-"));
@@ -285,11 +287,7 @@ async fn fleet() {
     let baseline = tokio::spawn(copy_collected(hub.clone(), hub_namespaces[2].clone(), "fd20:dead::2"));
     let took =
         change(&backing, &hub_namespaces, 0..serving, &mut generations, &probe, 20.0, Duration::from_secs(60)).await;
-    eventually(Duration::from_secs(120), "every change named and withdrawn", async || {
-        probe.lock().expect("probe").settled()
-    })
-    .await;
-    let (named, withdrawn, superseded) = probe.lock().expect("probe").take();
+    let (named, withdrawn, superseded) = settle(&probe).await;
     eprintln!(
         "fleet: {} changes at 20/s over {serving} serving projects ({took:.1?}; {superseded} more replaced before any record named them): record names the new address after median {:.1?}, p99 {:.1?}, max {:.1?}; the old one leaves after median {:.1?} (--withdraw-after 15s)",
         named.len(),
@@ -324,11 +322,7 @@ async fn fleet() {
     create(&hub, &bad_ns, &slice("fleet", "unserved", true, &["fd20:dead::1"]), false).await.expect("copy");
     let other = tokio::spawn(copy_collected(hub.clone(), hub_namespaces[1].clone(), "fd20:dead::3"));
     let took = change(&backing, &hub_namespaces, 1..serving, &mut generations, &probe, 2.0, fault_for).await;
-    eventually(Duration::from_secs(120), "every change named and withdrawn", async || {
-        probe.lock().expect("probe").settled()
-    })
-    .await;
-    let (named_cut, withdrawn_cut, _) = probe.lock().expect("probe").take();
+    let (named_cut, withdrawn_cut, _) = settle(&probe).await;
     let during = other.await.expect("copy during the fault");
     assert!(exists(&hub, &bad_ns, "unserved").await, "the unreadable project's copy was deleted");
     assert_eq!(record_of(&hub, &bad_ns).await, record_before, "the unreadable project's record changed");

@@ -15,7 +15,7 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::Api;
 use tokio_util::sync::CancellationToken;
 
-use crate::helpers::{COPY_LABEL, eventually};
+use crate::helpers::{COPY_LABEL, eventually, percentile};
 
 /// One run's shape.
 #[derive(Clone, Debug)]
@@ -76,11 +76,6 @@ fn peak_writes_per_second(audit_log: &std::path::Path) -> std::collections::BTre
         *peak = n.max(*peak);
     }
     peaks
-}
-
-fn percentile(mut values: Vec<Duration>, p: f64) -> Duration {
-    values.sort();
-    values.get(((values.len() as f64 - 1.0) * p).round() as usize).copied().unwrap_or_default()
 }
 
 pub async fn run(config: Config) -> Report {
@@ -214,15 +209,15 @@ pub async fn run(config: Config) -> Report {
     eprintln!(
         "soak: collection latency (unserved → copy gone) over {}: median {:.1?}, p99 {:.1?}, max {:.1?}",
         findings.collection.len(),
-        percentile(findings.collection.clone(), 0.5),
-        percentile(findings.collection.clone(), 0.99),
-        percentile(findings.collection.clone(), 1.0)
+        percentile(&findings.collection, 0.5),
+        percentile(&findings.collection, 0.99),
+        percentile(&findings.collection, 1.0)
     );
     eprintln!(
         "soak: served (again) → copy published over {}: median {:.1?}, p99 {:.1?} (cell backoff cap {:?})",
         findings.published.len(),
-        percentile(findings.published.clone(), 0.5),
-        percentile(findings.published.clone(), 0.99),
+        percentile(&findings.published, 0.5),
+        percentile(&findings.published, 0.99),
         cell::BACKOFF_CAP
     );
     eprintln!(
@@ -246,9 +241,9 @@ pub async fn run(config: Config) -> Report {
     eprintln!(
         "soak: the checker's view of the project (each change dated by its write's sending): {} changes received, median {:.1?}, p99 {:.1?}, max {:.1?} after they were sent; more than {:?} late: {}",
         lag.delays.len(),
-        percentile(lag.delays.clone(), 0.5),
-        percentile(lag.delays.clone(), 0.99),
-        percentile(lag.delays.clone(), 1.0),
+        percentile(&lag.delays, 0.5),
+        percentile(&lag.delays, 0.99),
+        percentile(&lag.delays, 1.0),
         project::LATE,
         lag.late.len()
     );
