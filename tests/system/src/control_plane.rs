@@ -26,10 +26,23 @@ pub struct ControlPlane {
 
 /// A program run by the control plane under its watchdog.
 struct Managed {
-    name: &'static str,
+    name: String,
     program: PathBuf,
     args: Vec<String>,
     watchdog: Child,
+    /// The API server whose `/readyz` says it is back after a restart: its own for a project's
+    /// server, the control plane's for the rest.
+    ready_at: String,
+}
+
+/// A kube-apiserver of project `name`'s own on the control plane's etcd
+/// ([`ControlPlane::start_project_server`]).
+pub struct ProjectServer {
+    /// The process's name, for [`ControlPlane::restart`], [`ControlPlane::pause`] and the rest.
+    pub name: String,
+    pub server: String,
+    /// An admin kubeconfig for it (the control plane's admin certificate).
+    pub kubeconfig: PathBuf,
 }
 
 impl Drop for ControlPlane {
@@ -120,14 +133,79 @@ impl ControlPlane {
     /// `down`, start it again with the same flags and data, and wait until the API server answers
     /// again.
     pub fn restart(&self, name: &str, down: Duration) {
-        {
+        self.pause(name);
+        std::thread::sleep(down);
+        self.resume(name);
+    }
+
+    /// Stop `name` until [`ControlPlane::resume`].
+    pub fn pause(&self, name: &str) {
+        let mut processes = self.processes.lock().expect("processes");
+        let entry = processes.iter_mut().find(|p| p.name == name).expect("known process");
+        stop(&mut entry.watchdog);
+    }
+
+    /// Start `name`, stopped by [`ControlPlane::pause`], again with the same flags and data, and
+    /// wait until its API server answers again.
+    pub fn resume(&self, name: &str) {
+        let ready_at = {
             let mut processes = self.processes.lock().expect("processes");
             let entry = processes.iter_mut().find(|p| p.name == name).expect("known process");
-            stop(&mut entry.watchdog);
-            std::thread::sleep(down);
             entry.watchdog = spawn_guarded(&entry.program, &entry.args, &self.dir.join(format!("{name}.log")));
-        }
-        self.wait_ready(Duration::from_secs(60)).unwrap_or_else(|why| panic!("{why}"));
+            entry.ready_at.clone()
+        };
+        let apiserver = if name.starts_with("kube-apiserver-") { name } else { "kube-apiserver" };
+        self.wait_ready(&ready_at, apiserver, Duration::from_secs(60)).unwrap_or_else(|why| panic!("{why}"));
+    }
+
+    /// A kube-apiserver for project `project` alone, on this control plane's etcd with its keys
+    /// under `/projects/<project>` (Milo's layout: a storage of its own, one etcd for all), its
+    /// flags the control plane's but for its port. It trusts the control plane for who a token
+    /// is (a TokenReview to it, as a project behind Milo is reached with Milo's credentials);
+    /// what a caller may do is its own RBAC's word. Logs and audits to `dir/<name>.log` and
+    /// `dir/audit-<name>.log` (read by [`ControlPlane::refused`] too); stopped with the control
+    /// plane.
+    pub fn start_project_server(&self, project: &str) -> ProjectServer {
+        let name = format!("kube-apiserver-{project}");
+        let d = |f: &str| self.dir.join(f).display().to_string();
+        let webhook = self.dir.join("token-review.kubeconfig");
+        std::fs::write(
+            &webhook,
+            format!(
+                "apiVersion: v1\nkind: Config\nclusters:\n- name: root\n  cluster:\n    server: {}/apis/authentication.k8s.io/v1/tokenreviews\n    certificate-authority: {}\n\
+                 users:\n- name: admin\n  user:\n    client-certificate: {}\n    client-key: {}\n\
+                 contexts:\n- name: root\n  context: {{cluster: root, user: admin}}\ncurrent-context: root\n",
+                self.server,
+                d("ca.crt"),
+                d("admin.crt"),
+                d("admin.key")
+            ),
+        )
+        .expect("token review kubeconfig");
+        let (program, mut args) = {
+            let processes = self.processes.lock().expect("processes");
+            let main = processes.iter().find(|p| p.name == "kube-apiserver").expect("kube-apiserver");
+            (main.program.clone(), main.args.clone())
+        };
+        let port = free_port();
+        args.retain(|a| !["--secure-port=", "--cert-dir=", "--audit-log-path="].iter().any(|f| a.starts_with(f)));
+        args.extend([
+            format!("--secure-port={port}"),
+            format!("--cert-dir={}", d(&format!("{name}-certs"))),
+            format!("--audit-log-path={}", d(&format!("audit-{name}.log"))),
+            format!("--etcd-prefix=/projects/{project}"),
+            format!("--authentication-token-webhook-config-file={}", webhook.display()),
+            "--authentication-token-webhook-version=v1".into(),
+        ]);
+        let server = format!("https://127.0.0.1:{port}");
+        let watchdog = spawn_guarded(&program, &args, &self.dir.join(format!("{name}.log")));
+        let managed = Managed { name: name.clone(), program, args, watchdog, ready_at: server.clone() };
+        self.processes.lock().expect("processes").push(managed);
+        self.wait_ready(&server, &name, Duration::from_secs(90)).unwrap_or_else(|why| panic!("{why}"));
+        let kubeconfig = self.dir.join(format!("{name}.kubeconfig"));
+        let admin = std::fs::read_to_string(&self.kubeconfig).expect("kubeconfig");
+        std::fs::write(&kubeconfig, admin.replace(&self.server, &server)).expect("kubeconfig");
+        ProjectServer { name, server, kubeconfig }
     }
 
     /// Start the program `name` with this control plane, once: the first caller runs `prepare`
@@ -147,7 +225,8 @@ impl ControlPlane {
         }
         let (program, args) = prepare(self);
         let watchdog = spawn_guarded(&program, &args, &self.dir.join(format!("{name}.log")));
-        self.processes.lock().expect("processes").push(Managed { name, program, args, watchdog });
+        let managed = Managed { name: name.to_owned(), program, args, watchdog, ready_at: self.server.clone() };
+        self.processes.lock().expect("processes").push(managed);
         true
     }
 
@@ -221,7 +300,7 @@ impl ControlPlane {
         // a control plane starting beside this one) may take one first: start again on new ports.
         for attempt in 1.. {
             let plane = Self::launch(&bin, audited);
-            match plane.wait_ready(Duration::from_secs(90)) {
+            match plane.wait_ready(&plane.server, "kube-apiserver", Duration::from_secs(90)) {
                 Ok(()) => {
                     eprintln!("control plane ready in {:?} at {}", started.elapsed(), plane.server);
                     return plane;
@@ -311,12 +390,19 @@ impl ControlPlane {
         )
         .expect("kubeconfig");
         let processes = vec![
-            Managed { name: "etcd", program: bin.join("etcd"), args: etcd_args, watchdog: etcd },
             Managed {
-                name: "kube-apiserver",
+                name: "etcd".into(),
+                program: bin.join("etcd"),
+                args: etcd_args,
+                watchdog: etcd,
+                ready_at: server.clone(),
+            },
+            Managed {
+                name: "kube-apiserver".into(),
                 program: bin.join("kube-apiserver"),
                 args: apiserver_args,
                 watchdog: apiserver,
+                ready_at: server.clone(),
             },
         ];
         ControlPlane {
@@ -376,7 +462,7 @@ impl ControlPlane {
 
     /// Wait for `/readyz`; the reason and the logs' tails if it does not come within `limit`,
     /// or if etcd or kube-apiserver exits first.
-    fn wait_ready(&self, limit: Duration) -> Result<(), String> {
+    fn wait_ready(&self, server: &str, apiserver: &str, limit: Duration) -> Result<(), String> {
         let start = Instant::now();
         loop {
             let out = Command::new("curl")
@@ -386,19 +472,19 @@ impl ControlPlane {
                 .arg(self.dir.join("admin.crt"))
                 .arg("--key")
                 .arg(self.dir.join("admin.key"))
-                .arg(format!("{}/readyz", self.server))
+                .arg(format!("{server}/readyz"))
                 .output()
                 .expect("curl");
             if out.status.success() {
                 return Ok(());
             }
-            let exited = ["etcd", "kube-apiserver"].into_iter().find(|name| !self.is_running(name));
+            let exited = ["etcd", apiserver].into_iter().find(|name| !self.is_running(name));
             if exited.is_some() || start.elapsed() >= limit {
                 return Err(format!(
-                    "kube-apiserver not ready within {limit:?}{}; log tails:\n{}\n{}",
+                    "{apiserver} not ready within {limit:?}{}; log tails:\n{}\n{}",
                     exited.map(|name| format!(" ({name} exited)")).unwrap_or_default(),
                     self.log_tail("etcd.log"),
-                    self.log_tail("kube-apiserver.log")
+                    self.log_tail(&format!("{apiserver}.log"))
                 ));
             }
             std::thread::sleep(Duration::from_millis(250));
@@ -435,7 +521,14 @@ impl ControlPlane {
 
     /// [`ControlPlane::refused`], each with when it was received.
     pub fn refused_at(&self) -> Vec<(std::time::SystemTime, String)> {
-        let log = std::fs::read_to_string(self.dir.join("audit.log")).unwrap_or_default();
+        // The control plane's audit log and its project servers' (audit-<name>.log).
+        let mut log = String::new();
+        for entry in std::fs::read_dir(&self.dir).into_iter().flatten().flatten() {
+            let file = entry.file_name().to_string_lossy().into_owned();
+            if file.starts_with("audit") && file.ends_with(".log") {
+                log.push_str(&std::fs::read_to_string(entry.path()).unwrap_or_default());
+            }
+        }
         log.lines()
             .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
             // Refused by the authorizer (403, decision forbid), or a credential not accepted (401).

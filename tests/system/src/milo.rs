@@ -7,9 +7,15 @@
 //! only its own namespaces and objects). The caller's credentials are passed through, so the API
 //! server's RBAC judges them as Milo's would.
 //!
+//! A project may instead be routed to a kube-apiserver of its own ([`Milo::route`], e.g. one of
+//! [`ControlPlane::start_project_server`]'s on the same etcd): its requests go there unscoped, as
+//! Milo serves a project from a storage of its own; restarting that server is a project's server
+//! restarting.
+//!
 //! It counts the requests it serves per project, and injects per-project faults ([`Fault`]). What
-//! it does not do as Milo does: authorization per project (one RBAC for all of them), and a write
-//! under a project's path is not labelled for it (the producer never writes there).
+//! it does not do as Milo does: authorization per project (one RBAC for all of the projects it
+//! scopes), and a write under a scoped project's path is not labelled for it (the producer never
+//! writes there).
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -44,6 +50,8 @@ struct State {
     /// Each project's answers in flight (its watches) end when this is cancelled: a fault set
     /// ends them, as a project whose backend fails ends its streams.
     cuts: HashMap<String, tokio_util::sync::CancellationToken>,
+    /// The projects served by an API server of their own, unscoped.
+    routes: HashMap<String, kube::Client>,
 }
 
 /// The stand-in, serving until dropped.
@@ -75,7 +83,7 @@ impl Milo {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let server = format!("https://{}", listener.local_addr().expect("addr"));
         // Upstream: the API server with its CA and no credentials of the proxy's own.
-        let upstream = upstream_client(cp).await;
+        let upstream = upstream_client(&cp.server, cp).await;
         let state = Arc::new(Mutex::new(State::default()));
         let serving = Arc::clone(&state);
         let task = tokio::spawn(async move {
@@ -120,6 +128,13 @@ impl Milo {
         }
     }
 
+    /// Serve project `project` from its own API server `server` (its CA `cp`'s) from now on,
+    /// every request passed through unscoped.
+    pub async fn route(&self, project: &str, server: &str, cp: &ControlPlane) {
+        let client = upstream_client(server, cp).await;
+        self.state.lock().expect("state").routes.insert(project.to_owned(), client);
+    }
+
     /// Requests served under each project's path so far.
     pub fn requests(&self) -> HashMap<String, u64> {
         self.state.lock().expect("state").requests.clone()
@@ -131,8 +146,8 @@ fn rustls_pemfile_certs(path: &std::path::Path) -> Vec<rustls::pki_types::Certif
     rustls::pki_types::CertificateDer::pem_file_iter(path).expect("cert file").map(|c| c.expect("cert")).collect()
 }
 
-async fn upstream_client(cp: &ControlPlane) -> kube::Client {
-    let mut config = kube::Config::new(cp.server.parse().expect("server"));
+async fn upstream_client(server: &str, cp: &ControlPlane) -> kube::Client {
+    let mut config = kube::Config::new(server.parse().expect("server"));
     let ca = std::fs::read(cp.dir.join("ca.crt")).expect("ca");
     config.root_cert = Some(rustls_pemfile_certs_from(&ca));
     kube::Client::try_from(config).expect("upstream client")
@@ -171,12 +186,13 @@ async fn proxy(
     let path = parts.uri.path().to_owned();
     let mut query = parts.uri.query().map(str::to_owned);
     let mut cut = None;
+    let mut upstream = upstream;
     if let Some((project, rest)) = project_path(&path) {
-        let fault = {
+        let (fault, routed) = {
             let mut state = state.lock().expect("state");
             *state.requests.entry(project.to_owned()).or_default() += 1;
             cut = Some(state.cuts.entry(project.to_owned()).or_default().clone());
-            state.faults.get(project).copied()
+            (state.faults.get(project).copied(), state.routes.get(project).cloned())
         };
         match fault {
             Some(Fault::Status(code)) => {
@@ -185,7 +201,9 @@ async fn proxy(
             Some(Fault::Silent) => std::future::pending::<()>().await,
             None => {}
         }
-        if parts.method == http::Method::GET {
+        if let Some(routed) = routed {
+            upstream = routed;
+        } else if parts.method == http::Method::GET {
             let selector = format!("labelSelector={PROJECT_LABEL}%3D{project}");
             query = Some(match query {
                 // A selector the caller gave is kept, the project's added to it.
@@ -254,9 +272,14 @@ pub mod world {
 
     /// The project kinds' CRDs and Milo's `Project` CRD on the stand-in's API server.
     pub fn install_crds(cp: &ControlPlane) {
+        install_crds_with(&cp.kubeconfig);
+    }
+
+    /// [`install_crds`] with `kubeconfig` (e.g. a project server's).
+    pub fn install_crds_with(kubeconfig: &std::path::Path) {
         for file in ["tests/crds/project.yaml", "tests/crds/milo.yaml"] {
             let out = std::process::Command::new("kubectl")
-                .arg(format!("--kubeconfig={}", cp.kubeconfig.display()))
+                .arg(format!("--kubeconfig={}", kubeconfig.display()))
                 .args(["apply", "--server-side", "-f"])
                 .arg(repo().join(file))
                 .output()

@@ -85,14 +85,19 @@ impl Render {
 
     /// Apply (server-side, as the docs do) the rendered objects `keep` selects, unchanged.
     pub fn apply(&self, cp: &ControlPlane, keep: impl Fn(&Value) -> bool) {
+        self.apply_with(&cp.kubeconfig, keep);
+    }
+
+    /// [`Render::apply`] with `kubeconfig` (written beside it).
+    pub fn apply_with(&self, kubeconfig: &Path, keep: impl Fn(&Value) -> bool) {
         let docs: Vec<String> =
             self.objects.iter().filter(|o| keep(o)).map(|o| serde_json::to_string(o).expect("json")).collect();
-        let file = cp.dir.join(format!("render-{}.json", unique()));
+        let file = kubeconfig.with_file_name(format!("render-{}.json", unique()));
         let list = format!("{{\"apiVersion\": \"v1\", \"kind\": \"List\", \"items\": [{}]}}", docs.join(","));
         std::fs::write(&file, list).expect("write render");
         let out = Command::new("kubectl")
             .arg("--kubeconfig")
-            .arg(&cp.kubeconfig)
+            .arg(kubeconfig)
             .args(["apply", "--server-side", "-f"])
             .arg(&file)
             .output()

@@ -119,18 +119,33 @@ pub async fn install_with_milo(
 /// `edgegate-producer-milo`.
 pub async fn hand_milo_over(hub: &ControlPlane, render: &Render, backing: &ControlPlane, milo: &crate::milo::Milo) {
     let role = render.get("ClusterRole", "edgegate-producer-milo");
-    let binding = json!({
-        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-        "metadata": {"name": "edgegate-producer-milo"},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "edgegate-producer-milo"},
-        "subjects": [{"kind": "ServiceAccount", "name": "edgegate-producer", "namespace": NAMESPACE}],
-    });
-    apply_objects(backing, vec![role.clone(), binding]);
+    apply_objects(backing, vec![role.clone(), producer_binding("edgegate-producer-milo")]);
     let kubeconfig = project_kubeconfig(render, backing).await.replace(&backing.server, &milo.server);
     let secret = json!({"apiVersion": "v1", "kind": "Secret",
         "metadata": {"name": "edgegate-producer-milo", "namespace": NAMESPACE},
         "data": {"kubeconfig": base64(kubeconfig.as_bytes())}});
     apply_objects(hub, vec![secret]);
+}
+
+/// ClusterRole `role` bound to the producer's ServiceAccount.
+fn producer_binding(role: &str) -> Value {
+    json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+        "metadata": {"name": role},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+        "subjects": [{"kind": "ServiceAccount", "name": "edgegate-producer", "namespace": NAMESPACE}],
+    })
+}
+
+/// With components/producer-milo and a project served by a kube-apiserver of its own
+/// ([`ControlPlane::start_project_server`]): the producer's read grant there, as Milo's own
+/// authorization of a project would give it (the render's ClusterRole `edgegate-producer-project`
+/// bound to the producer's identity, which the project's server learns from the root's
+/// TokenReview).
+pub fn grant_project_server(render: &Render, server: &crate::control_plane::ProjectServer) {
+    let role = render.get("ClusterRole", "edgegate-producer-project").clone();
+    Render { objects: vec![role, producer_binding("edgegate-producer-project")] }
+        .apply_with(&server.kubeconfig, |_| true);
 }
 
 /// The kubeconfig [`add_project`] hands over: the producer's identity on `project`, made there as
@@ -140,13 +155,7 @@ pub async fn project_kubeconfig(render: &Render, project: &ControlPlane) -> Stri
     apply_objects(project, vec![role.clone()]);
     let client = project.client().await;
     crate::helpers::namespace(&client, NAMESPACE, &[]).await;
-    let binding = json!({
-        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-        "metadata": {"name": "edgegate-producer-project"},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "edgegate-producer-project"},
-        "subjects": [{"kind": "ServiceAccount", "name": "edgegate-producer", "namespace": NAMESPACE}],
-    });
-    apply_objects(project, vec![binding]);
+    apply_objects(project, vec![producer_binding("edgegate-producer-project")]);
     let accounts: Api<ServiceAccount> = Api::namespaced(client, NAMESPACE);
     let account = json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "edgegate-producer"}});
     accounts

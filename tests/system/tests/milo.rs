@@ -199,3 +199,88 @@ async fn a_silent_project_holds_only_its_own_deletions() {
     eprintln!("milo: alpha answering again: its copies collected {:?} after", back.elapsed());
     hub_cp.assert_nothing_refused();
 }
+
+/// The fidelity case: projects served by kube-apiservers of their own on one etcd, each under
+/// `/projects/<p>` (Milo's layout), reached through Milo's paths. While alpha's server is down,
+/// beta's unserved copy is collected as usual, alpha's is kept (its namespace counted as held,
+/// incomplete) and alpha's record still names what it served; once the server is back, alpha's
+/// copy is collected and its record was never withdrawn.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_project_server_restarting_holds_only_its_own_copies() {
+    const SCOPE: &str = "restart";
+    let (withdraw_after, grace) = (Duration::from_secs(2), Duration::from_secs(2));
+    let hub_cp = ControlPlane::own();
+    let backing_cp = ControlPlane::own();
+    let (hub, backing) = (hub_cp.client().await, backing_cp.client().await);
+    install_crd(&hub).await;
+    world::install_crds(&backing_cp);
+    eventually(Duration::from_secs(30), "Milo's Project CRD served", async || {
+        world::projects(&backing).list(&Default::default()).await.is_ok()
+    })
+    .await;
+    let milo = Milo::start(&backing_cp).await;
+    let flags = [format!("--withdraw-after={}s", withdraw_after.as_secs()), format!("--grace={}s", grace.as_secs())];
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let render = shipped::install_with_milo("milo-restart", &hub_cp, &backing_cp, &milo, &flags).await;
+    let mut namespaces = Vec::new();
+    let mut servers = Vec::new();
+    for (p, address) in [("alpha", "fd20:0:c1::1"), ("beta", "fd20:0:c2::1")] {
+        let server = backing_cp.start_project_server(p);
+        world::install_crds_with(&server.kubeconfig);
+        shipped::grant_project_server(&render, &server);
+        milo.route(p, &server.server, &backing_cp).await;
+        let client = edgegate::runtime::client::kube_client(Some(&server.kubeconfig), None).await.expect("client");
+        let proxies: Api<DynamicObject> = Api::all_with(client.clone(), &resource("HTTPProxy", "httpproxies"));
+        eventually(Duration::from_secs(30), "the project kinds served", async || {
+            proxies.list(&Default::default()).await.is_ok()
+        })
+        .await;
+        project(&backing, p, "True").await;
+        namespaces
+            .push((world::project_namespace(&client, &hub, p, &format!("{p}-web"), Some(address)).await, address));
+        servers.push(server);
+    }
+    let [(alpha, alpha_address), (beta, _)] = [namespaces[0].clone(), namespaces[1].clone()];
+    let pod = run(&hub_cp, &render, "edgegate-producer", 0, &[Rewrite::ListenAddress, Rewrite::MountPath]).await;
+    eventually(Duration::from_secs(60), "both records written", async || {
+        record(&hub, &alpha).await.is_some_and(|r| !r.is_empty())
+            && record(&hub, &beta).await.is_some_and(|r| !r.is_empty())
+    })
+    .await;
+    // Both projects whole for longer than --withdraw-after + --grace.
+    tokio::time::sleep(withdraw_after + grace + Duration::from_secs(1)).await;
+
+    let down = std::time::SystemTime::now();
+    tokio::task::block_in_place(|| backing_cp.pause(&servers[0].name));
+    create(&hub, &alpha, &slice(SCOPE, "unserved", true, &["fd20:0:dead::1"]), false).await.expect("alpha's copy");
+    create(&hub, &beta, &slice(SCOPE, "unserved", true, &["fd20:0:dead::2"]), false).await.expect("beta's copy");
+    let started = Instant::now();
+    eventually(Duration::from_secs(90), "beta's copy collected", async || !exists(&hub, &beta, "unserved").await).await;
+    let took = started.elapsed();
+    eprintln!("milo: alpha's server down: beta's unserved copy collected after {took:?} (grace {grace:?})");
+    let bound = grace + Duration::from_secs(6);
+    assert!(took <= bound, "beta's copy took {took:?}, over {bound:?}, while alpha's server was down");
+    eventually(Duration::from_secs(30), "alpha's namespace held as incomplete", async || {
+        metrics(&pod.process).contains("edgegate_producer_prune_held_namespaces{reason=\"incomplete\"} 1")
+    })
+    .await;
+    assert!(exists(&hub, &alpha, "unserved").await, "alpha's copy deleted while its server was down");
+    let named = record(&hub, &alpha).await.unwrap_or_default();
+    assert!(named.iter().any(|a| a == alpha_address), "alpha's record withdrawn while its server was down: {named:?}");
+
+    tokio::task::block_in_place(|| backing_cp.resume(&servers[0].name));
+    let up = std::time::SystemTime::now();
+    let back = Instant::now();
+    eventually(Duration::from_secs(180), "alpha's copy collected once its server is back", async || {
+        !exists(&hub, &alpha, "unserved").await
+    })
+    .await;
+    eprintln!("milo: alpha's server back: its copy collected {:?} after", back.elapsed());
+    let named = record(&hub, &alpha).await.unwrap_or_default();
+    assert!(named.iter().any(|a| a == alpha_address), "alpha's record lost its address across the restart: {named:?}");
+    hub_cp.assert_nothing_refused();
+    // A kube-apiserver just started refuses what its RBAC informers have not synced yet.
+    let (refused, excused) = backing_cp.refused_outside(&[(down, up)]);
+    eprintln!("milo: refusals on the project servers right after the restart (excused): {excused}");
+    assert!(refused.is_empty(), "Milo's servers refused the producer: {refused:#?}");
+}
