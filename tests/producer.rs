@@ -23,16 +23,17 @@ use serde_json::{Value, json};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use mock::{Log, Seen, assert_within, json_response, list, status};
+use mock::{Log, Seen, assert_within, initial_events, json_response, list, status};
 
-/// A mock API server: a GET without `watch` gets the list `lists` has for its path (500 where it
-/// says `None`, and no answer at all for a path it does not name), watches are held open, a PATCH
-/// is echoed and an event POST accepted.
+/// A mock API server offering streaming lists: a streaming list (or a GET without `watch`) gets
+/// the objects `lists` has for its path (500 where it says `None`, and no answer at all for a path
+/// it does not name), other watches are held open, a PATCH is echoed and an event POST accepted.
 fn serve(lists: Vec<(&'static str, Option<Vec<Value>>)>) -> (Client, Log) {
     let mut held = Vec::new();
     mock::serve(move |seen, send| match seen.method.as_str() {
-        "GET" if seen.is_watch() => held.push(send),
+        "GET" if seen.is_watch() && !seen.is_streaming_list() => held.push(send),
         "GET" => match lists.iter().find(|(p, _)| *p == seen.path()) {
+            Some((_, Some(items))) if seen.is_watch() => send.send_response(initial_events(items)),
             Some((_, Some(items))) => send.send_response(json_response(200, &list("List", items.clone()))),
             Some((_, None)) => send.send_response(status(500)),
             None => held.push(send), // never answered: the list is still running
@@ -145,9 +146,9 @@ async fn until(what: &str, mut ok: impl FnMut() -> bool) {
     }
 }
 
-/// Is a watch open on `path` (so its list was answered)?
+/// Is a watch open on `path` after its list (so the list was answered)?
 fn watching(log: &Log, path: &str) -> bool {
-    log.lock().expect("log").iter().any(|s| s.path() == path && s.is_watch())
+    log.lock().expect("log").iter().any(|s| s.path() == path && s.is_watch() && !s.is_streaming_list())
 }
 
 fn project_synced(h: &Harness) -> bool {
@@ -169,15 +170,16 @@ async fn writes_the_answer_once_then_nothing_but_lists_and_watches() {
     assert!(patches[0].uri.contains("fieldManager=edgegate-producer"), "{}", patches[0].uri);
     assert!(!patches[0].uri.contains("force=true"), "never forced without --force-ownership");
     assert_eq!(patches[0].body["spec"]["addresses"], json!(["fd20::1", "fd20::2"]));
-    // Steady state: one list and one watch per kind the proxies read (HTTPProxy, Namespace, and
-    // for the networkService backend NetworkService and NetworkInterface; no EndpointSlice:
-    // no instance backend), and the one write.
+    // Steady state: one streaming list and one watch from its end per kind the proxies read
+    // (HTTPProxy, Namespace, and for the networkService backend NetworkService and
+    // NetworkInterface; no EndpointSlice: no instance backend), no LIST, and the one write.
     let project_log = h.project_log.lock().expect("log").clone();
-    let lists = |log: &[Seen]| log.iter().filter(|s| s.method == "GET" && !s.uri.contains("watch=true")).count();
-    assert_eq!(lists(&project_log), 4, "{project_log:?}");
+    let lists = |log: &[Seen]| log.iter().filter(|s| s.is_streaming_list()).count();
+    let plain = |log: &[Seen]| log.iter().filter(|s| s.method == "GET" && !s.is_watch()).count();
+    assert_eq!((lists(&project_log), plain(&project_log)), (4, 0), "{project_log:?}");
     assert!(!project_log.iter().any(|s| s.path() == SLICES), "EndpointSlices watched with no instance backend");
     assert!(project_log.iter().all(|s| s.method == "GET"), "nothing is ever written to a project");
-    assert_eq!(lists(&hub_log), 2, "{hub_log:?}");
+    assert_eq!((lists(&hub_log), plain(&hub_log)), (2, 0), "{hub_log:?}");
     assert_eq!(hub_log.iter().filter(|s| s.method != "GET" && s.method != "PATCH").count(), 0, "{hub_log:?}");
     assert_within(&h.project_log, PRODUCER_PROJECT, "PRODUCER_PROJECT");
     assert_within(&h.hub_log, PRODUCER_HUB, "PRODUCER_HUB");

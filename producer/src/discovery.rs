@@ -18,7 +18,7 @@ use crate::run::Engaged;
 pub async fn follow_milo(clients: PathClients, engaged: Engaged) -> anyhow::Result<()> {
     let root = clients.at("")?;
     let mut sink = Whole::new(MiloProjects { clients, engaged, left: BTreeMap::new() });
-    let config = watcher::Config::default().timeout(PROJECT_WATCH_TIMEOUT_SECS);
+    let config = watcher::Config::default().timeout(PROJECT_WATCH_TIMEOUT_SECS).streaming_lists();
     follow(kube::Api::all(root), config, &mut sink).await;
     Ok(())
 }

@@ -190,7 +190,9 @@ where
 {
     let name = format!("{of} {} watch", K::kind(&K::DynamicType::default()));
     let span = tracing::info_span!("watch", of, kind = %K::kind(&K::DynamicType::default()));
-    let watch = async move { follow_within(api, watcher::Config::default().timeout(timeout), &mut sink, budget).await };
+    // A streaming list where the API server offers one: one request per (re-)list, not two.
+    let config = watcher::Config::default().timeout(timeout).streaming_lists();
+    let watch = async move { follow_within(api, config, &mut sink, budget).await };
     essential(name, shutdown, tracing::Instrument::instrument(watch, span))
 }
 

@@ -32,6 +32,11 @@ impl Seen {
     pub fn is_watch(&self) -> bool {
         self.uri.contains("watch=true")
     }
+
+    /// A streaming list: a watch that begins with the objects there are.
+    pub fn is_streaming_list(&self) -> bool {
+        self.is_watch() && self.uri.contains("sendInitialEvents=true")
+    }
 }
 
 pub type Log = Arc<Mutex<Vec<Seen>>>;
@@ -75,6 +80,21 @@ pub fn status(code: u16) -> Response<Body> {
 /// A list of `items` at resourceVersion 10.
 pub fn list(kind: &str, items: Vec<Value>) -> Value {
     json!({"apiVersion": "v1", "kind": kind, "metadata": {"resourceVersion": "10"}, "items": items})
+}
+
+/// A streaming list's answer, as an API server that offers them gives it: each of `items` added,
+/// then the bookmark that ends the list (at resourceVersion 10); the watch itself then ends, and
+/// the client resumes from the bookmark.
+pub fn initial_events(items: &[Value]) -> Response<Body> {
+    let mut lines = Vec::new();
+    let end = json!({"kind": "Bookmark", "apiVersion": "v1",
+        "metadata": {"resourceVersion": "10", "annotations": {"k8s.io/initial-events-end": "true"}}});
+    let events = items.iter().map(|item| json!({"type": "ADDED", "object": item}));
+    for event in events.chain([json!({"type": "BOOKMARK", "object": end})]) {
+        lines.extend(serde_json::to_vec(&event).unwrap_or_default());
+        lines.push(b'\n');
+    }
+    Response::new(Body::from(lines))
 }
 
 /// One watch event as the API server streams it (a JSON line).

@@ -1,6 +1,14 @@
 //! Following a watch into an in-memory index: one list, then watch events, with kube-runtime's
 //! watcher. On an error the watcher is dropped and, after a backoff, started again from a fresh
 //! list, so an index is only ever whole (listed and followed) or known not to be.
+//!
+//! A config asking for streaming lists (the list as a watch's first events, one request instead
+//! of two) gets them where the API server offers them and a LIST where it does not: a server
+//! whose WatchList is off refuses the request (422), and one too old to know it sends the objects
+//! but never says the list has ended, so a watch's first streaming list that brings nothing for
+//! [`STREAM_END_WAIT`] without having ended is done as a LIST too; either way, from then on for
+//! that watch. Once a streaming list has ended, the server offers them: a later one that stalls
+//! is waited for as a stalled LIST is.
 
 use std::time::Duration;
 
@@ -139,6 +147,28 @@ const MAX_BACKOFF: Duration = Duration::from_secs(2);
 /// longer goes on, but no longer counts against the budget.
 pub const LIST_TURN: Duration = Duration::from_secs(10);
 
+/// How long a streaming list may bring nothing before it has ended, before the watch lists instead:
+/// a server that sends the end at all sends it right after the last object.
+pub const STREAM_END_WAIT: Duration = Duration::from_secs(10);
+
+/// Whether the start of a streaming list failed because the server does not take one (its
+/// WatchList off: 422; a request it cannot parse: 400), so that a LIST would do.
+fn streaming_refused(error: &watcher::Error) -> bool {
+    matches!(error, watcher::Error::WatchStartFailed(kube::Error::Api(status)) if [400, 422].contains(&status.code))
+}
+
+/// `config` listing with a LIST from now on, said once.
+fn list_instead(config: &watcher::Config, kind: &str, why: &'static str) -> watcher::Config {
+    tracing::info!(kind, why, "no streaming list here: listing instead");
+    let mut config = config.clone();
+    config.initial_list_strategy = watcher::InitialListStrategy::ListWatch;
+    config
+}
+
+fn streaming(config: &watcher::Config) -> bool {
+    config.initial_list_strategy == watcher::InitialListStrategy::StreamingList
+}
+
 /// How long one watch request of a project's lasts: a project's watches are long, so an idle
 /// project costs Milo (or its API server) a request per watch every few minutes, not every 10 s.
 /// Its client's read timeout ([`crate::runtime::client::PROJECT_READ_TIMEOUT`]) is longer than the
@@ -181,7 +211,9 @@ pub async fn follow_within<K, S>(
 {
     let mut backoff = FIRST_BACKOFF;
     let timeout = config.timeout.unwrap_or(WATCH_TIMEOUT_SECS);
-    let config = config.timeout(timeout);
+    let mut config = config.timeout(timeout);
+    // Whether a streaming list of this watch has ended: the server offers them.
+    let mut streamed = false;
     let kind = K::kind(&K::DynamicType::default()).into_owned();
     let deliver = |sink: &mut S, object: DeserializeGuard<K>, phase: Phase| match (object.0, phase) {
         (Ok(object), Phase::Listed) => sink.listed(object),
@@ -202,26 +234,30 @@ pub async fn follow_within<K, S>(
             None => None,
         };
         let mut turn_ends = tokio::time::Instant::now() + LIST_TURN;
+        // Until the first streaming list has ended: when it must have brought something by.
+        let mut stream_ends = (streaming(&config) && !streamed).then(|| tokio::time::Instant::now() + STREAM_END_WAIT);
         let events = watcher(api.clone(), config.clone());
         futures::pin_mut!(events);
         loop {
-            let event = if turn.is_some() {
-                tokio::select! {
-                    event = events.next() => {
-                        // Coming along: the turn is kept while the list makes progress.
-                        turn_ends = tokio::time::Instant::now() + LIST_TURN;
-                        event
+            let event = tokio::select! {
+                event = events.next() => {
+                    // Coming along: the turn is kept while the list makes progress.
+                    turn_ends = tokio::time::Instant::now() + LIST_TURN;
+                    if let Some(ends) = stream_ends.as_mut() {
+                        *ends = tokio::time::Instant::now() + STREAM_END_WAIT;
                     }
-                    () = tokio::time::sleep_until(turn_ends) => {
-                        // A list that brings nothing for this long (a project that does not
-                        // answer) must not keep others' from starting: it goes on outside the
-                        // budget.
-                        drop(turn.take());
-                        continue;
-                    }
+                    event
                 }
-            } else {
-                events.next().await
+                () = tokio::time::sleep_until(turn_ends), if turn.is_some() => {
+                    // A list that brings nothing for this long (a project that does not answer)
+                    // must not keep others' from starting: it goes on outside the budget.
+                    drop(turn.take());
+                    continue;
+                }
+                () = tokio::time::sleep_until(stream_ends.unwrap_or(turn_ends)), if stream_ends.is_some() => {
+                    config = list_instead(&config, &kind, "a streaming list brought nothing and did not end");
+                    break;
+                }
             };
             let Some(event) = event else { break };
             match event {
@@ -229,11 +265,17 @@ pub async fn follow_within<K, S>(
                 Ok(Event::InitApply(object)) => deliver(sink, object, Phase::Listed),
                 Ok(Event::InitDone) => {
                     backoff = FIRST_BACKOFF;
+                    streamed |= streaming(&config);
+                    stream_ends = None;
                     drop(turn.take()); // the list is whole: the next one may start
                     sink.relist_done();
                 }
                 Ok(Event::Apply(object)) => deliver(sink, object, Phase::Applied),
                 Ok(Event::Delete(object)) => deliver(sink, object, Phase::Deleted),
+                Err(error) if streaming(&config) && !streamed && streaming_refused(&error) => {
+                    config = list_instead(&config, &kind, "the API server refused a streaming list");
+                    break;
+                }
                 Err(error) => {
                     sink.failed(&error);
                     break;
@@ -305,6 +347,63 @@ mod tests {
         assert!(waited <= LIST_TURN + Duration::from_millis(100), "{waited:?}");
         a.abort();
         b.abort();
+    }
+
+    /// A watch of `client`'s namespaces asking for streaming lists, as a task.
+    fn streaming_follower(client: kube::Client) -> tokio::task::JoinHandle<()> {
+        tokio::spawn(async move {
+            let config = watcher::Config::default().streaming_lists();
+            follow_within::<Namespace, _>(Api::all(client), config, &mut Nothing, None).await;
+        })
+    }
+
+    fn is_streaming_list(request: &Request<Body>) -> bool {
+        let uri = request.uri().to_string();
+        uri.contains("watch=true") && uri.contains("sendInitialEvents=true")
+    }
+
+    /// A server whose WatchList is off refuses a streaming list (422): the watch lists instead,
+    /// and keeps to it.
+    #[tokio::test(start_paused = true)]
+    async fn a_refused_streaming_list_lists_instead() {
+        let (mock, mut server) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+        let task = streaming_follower(kube::Client::new(mock, "default"));
+        let (request, send) = server.next_request().await.expect("the first request");
+        assert!(is_streaming_list(&request), "a streaming list first: {}", request.uri());
+        let refusal = r#"{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"Invalid","code":422,
+            "message":"sendInitialEvents is forbidden for watch unless the WatchList feature gate is enabled"}"#;
+        send.send_response(Response::builder().status(422).body(Body::from(refusal.as_bytes().to_vec())).expect("422"));
+        let (request, send) = server.next_request().await.expect("the next request");
+        assert!(!request.uri().to_string().contains("watch=true"), "a LIST after the refusal: {}", request.uri());
+        let list = r#"{"kind":"NamespaceList","apiVersion":"v1","metadata":{"resourceVersion":"7"},"items":[]}"#;
+        send.send_response(Response::builder().body(Body::from(list.as_bytes().to_vec())).expect("list"));
+        let (request, _hold) = server.next_request().await.expect("the watch");
+        let uri = request.uri().to_string();
+        assert!(uri.contains("watch=true") && !uri.contains("sendInitialEvents"), "a watch from the list: {uri}");
+        task.abort();
+    }
+
+    /// A server too old to know streaming lists sends the objects and never the list's end: the
+    /// watch lists instead once nothing has come for [`STREAM_END_WAIT`], not before.
+    #[tokio::test(start_paused = true)]
+    async fn a_streaming_list_that_never_ends_lists_instead() {
+        let (mock, mut server) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+        let task = streaming_follower(kube::Client::new(mock, "default"));
+        let (request, send) = server.next_request().await.expect("the first request");
+        assert!(is_streaming_list(&request), "a streaming list first: {}", request.uri());
+        let added = r#"{"type":"ADDED","object":{"kind":"Namespace","apiVersion":"v1","metadata":{"name":"a","resourceVersion":"5"}}}"#;
+        send.send_response(Response::builder().body(Body::from(format!("{added}\n").into_bytes())).expect("events"));
+        // The stream ended without the end of the list: the watcher asks again, and is not answered.
+        let (request, _hold) = server.next_request().await.expect("the second request");
+        assert!(is_streaming_list(&request), "a streaming list again: {}", request.uri());
+        let asked = tokio::time::Instant::now();
+        let (request, _hold) = server.next_request().await.expect("the third request");
+        let waited = asked.elapsed();
+        println!("listed instead {waited:?} after the streaming list went quiet");
+        assert!(!request.uri().to_string().contains("watch=true"), "a LIST: {}", request.uri());
+        assert!(waited >= STREAM_END_WAIT, "gave up on the streaming list after {waited:?}");
+        assert!(waited <= STREAM_END_WAIT + MAX_BACKOFF + Duration::from_millis(100), "{waited:?}");
+        task.abort();
     }
 
     #[test]
