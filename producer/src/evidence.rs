@@ -153,6 +153,8 @@ pub struct Evidence {
     pub again: Later<Change>,
     waiting: Arc<Mutex<HashMap<String, Waiting>>>,
     liveness: Arc<Mutex<HashMap<String, Liveness>>>,
+    /// When `waiting` and `liveness` were last rid of what was forgotten.
+    forgotten: Mutex<Option<Instant>>,
 }
 
 impl Evidence {
@@ -173,7 +175,24 @@ impl Evidence {
             again,
             waiting: Arc::default(),
             liveness: Arc::default(),
+            forgotten: Mutex::default(),
         }
+    }
+
+    /// Forget namespaces not asked about for [`FORGOTTEN`] (their copies went, or were named) and
+    /// projects not looked at for as long (looked at afresh next time), at most once in that
+    /// time: the judging path calls it, so neither map grows without a scrape.
+    fn forget(&self, now: Instant) {
+        {
+            let mut last = self.forgotten.lock();
+            if last.is_some_and(|at| now.saturating_duration_since(at) < FORGOTTEN) {
+                return;
+            }
+            *last = Some(now);
+        }
+        self.waiting.lock().retain(|_, w| now.saturating_duration_since(w.last) < FORGOTTEN);
+        let recent = |t: Option<Instant>| t.is_some_and(|t| now.saturating_duration_since(t) < FORGOTTEN);
+        self.liveness.lock().retain(|_, l| l.looking || recent(l.answered) || recent(l.failed));
     }
 
     /// Why the copy must be kept now, if it must.
@@ -263,6 +282,7 @@ impl Evidence {
 
 impl Gate for Evidence {
     fn allows(&self, deletion: &Deletion, _due: Instant, now: Instant) -> bool {
+        self.forget(now);
         match self.judge_why(deletion, now) {
             None => {
                 self.waiting.lock().remove(&deletion.namespace);
@@ -289,13 +309,10 @@ impl Gate for Evidence {
 
     fn held_for(&self) -> Duration {
         let now = clock::now();
-        let mut waiting = self.waiting.lock();
-        // Namespaces not asked about for a while wait no more (their copies went, or were named).
-        waiting.retain(|_, w| now.saturating_duration_since(w.last) < FORGOTTEN);
-        // And projects not looked at for a while are looked at afresh.
-        let recent = |t: Option<Instant>| t.is_some_and(|t| now.saturating_duration_since(t) < FORGOTTEN);
-        self.liveness.lock().retain(|_, l| l.looking || recent(l.answered) || recent(l.failed));
-        waiting.values().map(|w| now.saturating_duration_since(w.since)).max().unwrap_or_default()
+        self.forget(now);
+        let waiting = self.waiting.lock();
+        let current = waiting.values().filter(|w| now.saturating_duration_since(w.last) < FORGOTTEN);
+        current.map(|w| now.saturating_duration_since(w.since)).max().unwrap_or_default()
     }
 
     fn confirm(&self, deletion: &Deletion) -> futures::future::BoxFuture<'static, bool> {
@@ -377,5 +394,40 @@ async fn look(project: String, client: kube::Client, liveness: Arc<Mutex<HashMap
             state.failed = Some(now);
             false
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn evidence() -> Evidence {
+        let memory = Memory {
+            unwritten: Arc::new(Mutex::new(Unwritten::new(Duration::ZERO))),
+            served: Arc::new(Mutex::new(Unwritten::new(Duration::ZERO))),
+            failing: Arc::default(),
+        };
+        let view = Arc::new(HubView::new("default"));
+        Evidence::new(view, Arc::default(), Arc::default(), memory, Duration::ZERO, Later::default())
+    }
+
+    fn copy(namespace: String) -> Deletion {
+        Deletion { namespace, name: "web".into(), uid: None, resource_version: None, addresses: vec!["fd20::9".into()] }
+    }
+
+    /// Namespaces held once and never asked about again are forgotten by the judging itself, with
+    /// nothing scraping the metrics (failed on the old code: only a scrape forgot them, so a
+    /// producer nobody scraped kept every namespace it ever held).
+    #[tokio::test]
+    async fn held_namespaces_are_forgotten_without_a_scrape() {
+        let evidence = evidence();
+        let start = clock::now();
+        for n in 0..100 {
+            assert!(!evidence.allows(&copy(format!("ns-{n}")), start, start), "nobody's: held");
+        }
+        assert_eq!(evidence.waiting.lock().len(), 100);
+        let later = start + FORGOTTEN + Duration::from_secs(1);
+        assert!(!evidence.allows(&copy("ns-new".into()), later, later));
+        assert_eq!(evidence.waiting.lock().len(), 1, "only the namespace just held");
     }
 }

@@ -112,10 +112,18 @@ pub fn find_by_uid(projects: &Projects, uid: &str, hint: Option<&str>) -> Option
 }
 
 /// The project a hub namespace's [`UPSTREAM_CLUSTER_LABEL`](edgegate::core::project::UPSTREAM_CLUSTER_LABEL)
-/// names, among the engaged ones.
+/// names, among the engaged ones. One lookup, not a pass over every project (each copy judged
+/// asks): the label is `cluster-<name>`. Only a label with `_` may name a project whose name has
+/// a `/` (spelled `_`; `--project-name` allows one): those alone are looked for among all.
 pub fn labelled_project(view: &HubView, projects: &Projects, hub_ns: &str) -> Option<String> {
     let label = view.upstream_cluster(hub_ns)?;
-    projects.read().keys().find(|name| edgegate::core::project::cluster_label(name) == label).cloned()
+    let name = label.strip_prefix("cluster-")?;
+    let projects = projects.read();
+    if projects.contains_key(name) {
+        return Some(name.to_owned());
+    }
+    let spelled = |candidate: &&String| edgegate::core::project::cluster_label(candidate) == label;
+    label.contains('_').then(|| projects.keys().find(spelled).cloned()).flatten()
 }
 
 /// An address a record names and the answer lacks: (hub namespace, address).
