@@ -1,7 +1,10 @@
 //! The client every binary talks to an API server with: the hub's, or (the producer) a project's.
 
 use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
+
+use parking_lot::Mutex;
 
 use anyhow::Context;
 
@@ -70,19 +73,50 @@ const API_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Clients for many control planes served by one API server under path prefixes (Milo's projects,
 /// each at [`crate::core::milo::control_plane_path`]), on one host with one set of credentials:
-/// one TLS configuration and one connection pool for all of them, where a `Client` per project
-/// would build a pool and a TLS configuration each. Each project's client only adds its base path
-/// and the credentials (a token file is read by each client's own refresher).
+/// one TLS configuration for all of them, where a `Client` per project would build one each, and
+/// their requests carried in [`Lane`]s of [`LANE_PROJECTS`] projects each, one connection per
+/// lane. Over HTTP/2 (where the server offers it) a lane's watches are streams of one connection,
+/// so an idle project costs no socket, TLS session or connection buffers of its own. Each
+/// project's client only adds its base path and the credentials (a token file is read by each
+/// client's own refresher).
 #[derive(Clone)]
 pub struct PathClients {
     root: kube::Config,
-    pool: PooledHttp,
+    connector: Connector,
+    lanes: Arc<Mutex<Vec<Lane>>>,
 }
 
-type PooledHttp = hyper_util::client::legacy::Client<
-    hyper_timeout::TimeoutConnector<hyper_rustls::HttpsConnector<hyper_util::client::legacy::connect::HttpConnector>>,
-    kube::client::Body,
->;
+type Connector =
+    hyper_timeout::TimeoutConnector<hyper_rustls::HttpsConnector<hyper_util::client::legacy::connect::HttpConnector>>;
+
+type PooledHttp = hyper_util::client::legacy::Client<Connector, kube::client::Body>;
+
+/// How many projects share a [`Lane`]. At most five watches each and a read now and then: under
+/// the concurrent streams an API server allows on one HTTP/2 connection (Go's 250, hyper's 200),
+/// or a request beyond them would wait for a stream that a watch never gives back.
+pub const LANE_PROJECTS: usize = 32;
+
+/// A connection pool of its own (over HTTP/2, one connection) for the projects that hold a clone:
+/// how many do is the count of `users`' clones, less the one in [`PathClients`]'s list.
+#[derive(Clone)]
+struct Lane {
+    http: PooledHttp,
+    users: Arc<()>,
+}
+
+impl tower::Service<http::Request<kube::client::Body>> for Lane {
+    type Response = <PooledHttp as tower::Service<http::Request<kube::client::Body>>>::Response;
+    type Error = <PooledHttp as tower::Service<http::Request<kube::client::Body>>>::Error;
+    type Future = <PooledHttp as tower::Service<http::Request<kube::client::Body>>>::Future;
+
+    fn poll_ready(&mut self, cx: &mut std::task::Context<'_>) -> std::task::Poll<Result<(), Self::Error>> {
+        self.http.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: http::Request<kube::client::Body>) -> Self::Future {
+        self.http.call(request)
+    }
+}
 
 impl PathClients {
     /// From the root's kubeconfig (and context), or in-cluster.
@@ -93,16 +127,25 @@ impl PathClients {
         anyhow::ensure!(root.proxy_url.is_none(), "a proxy in the kubeconfig is not supported for project clients");
         let mut http = hyper_util::client::legacy::connect::HttpConnector::new();
         http.enforce_http(false);
-        let mut connector = hyper_timeout::TimeoutConnector::new(root.rustls_https_connector_with_connector(http)?);
+        // HTTP/2 where the server offers it (ALPN), HTTP/1.1 otherwise.
+        let https = hyper_rustls::HttpsConnectorBuilder::new()
+            .with_tls_config(root.rustls_client_config()?)
+            .https_or_http()
+            .enable_http1()
+            .enable_http2()
+            .wrap_connector(http);
+        let mut connector = hyper_timeout::TimeoutConnector::new(https);
         connector.set_connect_timeout(root.connect_timeout);
+        // A connection nothing at all comes over for this long is dead: with a lane's watches
+        // on it, bookmarks come about once a minute each.
         connector.set_read_timeout(root.read_timeout);
         connector.set_write_timeout(root.write_timeout);
         connector.set_reset_reader_on_write(root.reset_reader_on_write);
-        let pool = hyper_util::client::legacy::Builder::new(hyper_util::rt::TokioExecutor::new()).build(connector);
-        Ok(PathClients { root, pool })
+        Ok(PathClients { root, connector, lanes: Arc::default() })
     }
 
-    /// A client for the control plane served under `path` (e.g. `/apis/…/projects/acme/control-plane`).
+    /// A client for the control plane served under `path` (e.g. `/apis/…/projects/acme/control-plane`),
+    /// on the first lane with room.
     pub fn at(&self, path: &str) -> anyhow::Result<kube::Client> {
         use kube::client::ConfigExt;
         use tower::ServiceBuilder;
@@ -121,9 +164,32 @@ impl PathClients {
             .option_layer(retry)
             .option_layer(config.auth_layer()?)
             .layer(config.extra_headers_layer()?)
+            // Many projects' streams share a connection, so a connection's read timeout no
+            // longer tells one silent stream: each answer's body fails after this long without a
+            // byte (a watch's bookmarks come about once a minute), and only its project becomes
+            // incomplete.
+            .layer(tower_http::timeout::ResponseBodyTimeoutLayer::new(PROJECT_READ_TIMEOUT))
             .map_err(tower::BoxError::from)
-            .service(self.pool.clone());
+            .service(self.lane());
         Ok(kube::client::ClientBuilder::new(service, config.default_namespace).build())
+    }
+
+    /// The first lane with room for one more project, or a new one.
+    fn lane(&self) -> Lane {
+        let mut lanes = self.lanes.lock();
+        if let Some(lane) = lanes.iter().find(|lane| Arc::strong_count(&lane.users) <= LANE_PROJECTS) {
+            return lane.clone();
+        }
+        let http = hyper_util::client::legacy::Builder::new(hyper_util::rt::TokioExecutor::new())
+            .build(self.connector.clone());
+        let lane = Lane { http, users: Arc::default() };
+        lanes.push(lane.clone());
+        lane
+    }
+
+    /// How many lanes there are, and how many projects hold each (for tests).
+    pub fn lanes(&self) -> Vec<usize> {
+        self.lanes.lock().iter().map(|lane| Arc::strong_count(&lane.users) - 1).collect()
     }
 }
 
@@ -185,5 +251,37 @@ mod tests {
         assert_eq!(hub_token_expiry(&hub(Some("other"))), None, "a token that is no JWT");
         assert_eq!(hub_token_expiry(&hub(Some("missing"))), None);
         assert_eq!(hub_token_expiry(&HubArgs::default()), None, "in a Pod the kubelet renews it");
+    }
+
+    /// Projects fill a lane before the next is opened, and a project let go makes room: a lane's
+    /// streams stay under what one connection may carry.
+    #[tokio::test]
+    async fn projects_share_lanes_of_a_bounded_size() {
+        let dir = std::env::temp_dir().join(format!("edgegate-lanes-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let kubeconfig = dir.join("milo.kubeconfig");
+        std::fs::write(
+            &kubeconfig,
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: milo\n  cluster: {server: 'https://127.0.0.1:9'}\n\
+             users:\n- name: p\n  user: {token: t}\ncontexts:\n- name: milo\n  context: {cluster: milo, user: p}\n\
+             current-context: milo\n",
+        )
+        .expect("kubeconfig");
+        let clients = PathClients::new(Some(&kubeconfig), None).await.expect("clients");
+        let mut held: Vec<kube::Client> =
+            (0..LANE_PROJECTS * 2 + 6).map(|n| clients.at(&format!("/p/{n}")).expect("client")).collect();
+        assert_eq!(clients.lanes(), [LANE_PROJECTS, LANE_PROJECTS, 6]);
+        held.truncate(LANE_PROJECTS - 1);
+        // The kube::Client's buffer task lets its service go once the client is dropped.
+        for _ in 0..100 {
+            if clients.lanes() == [LANE_PROJECTS - 1, 0, 0] {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        assert_eq!(clients.lanes(), [LANE_PROJECTS - 1, 0, 0]);
+        let _next = clients.at("/p/next").expect("client");
+        assert_eq!(clients.lanes(), [LANE_PROJECTS, 0, 0], "the first lane with room");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

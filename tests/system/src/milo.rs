@@ -78,7 +78,8 @@ impl Milo {
         let certs = rustls_pemfile_certs(&cp.dir.join("apiserver.crt"));
         let key = rustls::pki_types::PrivateKeyDer::from_pem_file(cp.dir.join("apiserver.key")).expect("apiserver key");
         let mut tls = rustls::ServerConfig::builder().with_no_client_auth().with_single_cert(certs, key).expect("tls");
-        tls.alpn_protocols = vec![b"http/1.1".to_vec()];
+        // HTTP/2 as a Go API server offers it (250 streams a connection), and HTTP/1.1.
+        tls.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
         let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(tls));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let server = format!("https://{}", listener.local_addr().expect("addr"));
@@ -94,7 +95,10 @@ impl Milo {
                     let service =
                         hyper::service::service_fn(move |request| proxy(request, upstream.clone(), Arc::clone(&state)));
                     let io = hyper_util::rt::TokioIo::new(tls);
-                    let _ = hyper::server::conn::http1::Builder::new().serve_connection(io, service).await;
+                    let mut builder =
+                        hyper_util::server::conn::auto::Builder::new(hyper_util::rt::TokioExecutor::new());
+                    builder.http2().max_concurrent_streams(250);
+                    let _ = builder.serve_connection(io, service).await;
                 });
             }
         });
@@ -218,6 +222,12 @@ async fn proxy(
         };
         parts.uri = uri.parse::<Uri>().unwrap_or_else(|_| Uri::from_static("/"));
     }
+    // The path and query alone, as HTTP/1.1 (what the upstream client speaks): over HTTP/2 a
+    // request's URI carries the stand-in's own scheme and authority, which are not the upstream's.
+    if let Some(path_and_query) = parts.uri.path_and_query().cloned() {
+        parts.uri = Uri::from(path_and_query);
+    }
+    parts.version = http::Version::HTTP_11;
     let body = match body.collect().await {
         Ok(collected) => collected.to_bytes(),
         Err(_) => return Ok(status(StatusCode::BAD_REQUEST)),
@@ -238,7 +248,10 @@ async fn proxy(
             }
         })),
         Err(kube::Error::Api(s)) => Ok(status(StatusCode::from_u16(s.code).unwrap_or(StatusCode::BAD_GATEWAY))),
-        Err(_) => Ok(status(StatusCode::BAD_GATEWAY)),
+        Err(error) => {
+            eprintln!("milo stand-in: upstream failed: {error}");
+            Ok(status(StatusCode::BAD_GATEWAY))
+        }
     }
 }
 
