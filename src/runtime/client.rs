@@ -91,30 +91,48 @@ type Connector =
 
 type PooledHttp = hyper_util::client::legacy::Client<Connector, kube::client::Body>;
 
-/// How many projects share a [`Lane`]. At most five watches each and a read now and then: under
-/// the concurrent streams an API server allows on one HTTP/2 connection (Go's 250, hyper's 200),
-/// or a request beyond them would wait for a stream that a watch never gives back.
-pub const LANE_PROJECTS: usize = 32;
+/// How many projects share a [`Lane`]. At most five watches each and a read now and then, so at
+/// most about 85 streams: under what a server allows on one HTTP/2 connection (Go's 250, hyper's
+/// 200, 100 for most proxies), or a request beyond them would wait for a stream that a watch
+/// does not give back for minutes.
+pub const LANE_PROJECTS: usize = 16;
 
-/// A connection pool of its own (over HTTP/2, one connection) for the projects that hold a clone:
-/// how many do is the count of `users`' clones, less the one in [`PathClients`]'s list.
+/// How often a lane's connection is pinged, and how long an answer may take before the connection
+/// is dropped (and its watches start again): a dead connection is noticed within a minute, even
+/// while its streams wait quietly for events.
+const LANE_PING: Duration = Duration::from_secs(30);
+const LANE_PING_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// A connection pool of its own (over HTTP/2, one connection) for the projects that hold a
+/// [`Seat`] of it: how many do is the count of `seats`' clones, less the one in [`PathClients`]'s
+/// list.
 #[derive(Clone)]
 struct Lane {
     http: PooledHttp,
-    users: Arc<()>,
+    seats: Arc<()>,
 }
 
-impl tower::Service<http::Request<kube::client::Body>> for Lane {
-    type Response = <PooledHttp as tower::Service<http::Request<kube::client::Body>>>::Response;
-    type Error = <PooledHttp as tower::Service<http::Request<kube::client::Body>>>::Error;
-    type Future = <PooledHttp as tower::Service<http::Request<kube::client::Body>>>::Future;
+/// A project's place in a lane, held once per project client at the outside of its stack (the
+/// retry layer clones what is inside it for every request).
+struct Seat<S> {
+    inner: S,
+    _seat: Arc<()>,
+}
+
+impl<S, R> tower::Service<R> for Seat<S>
+where
+    S: tower::Service<R>,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = S::Future;
 
     fn poll_ready(&mut self, cx: &mut std::task::Context<'_>) -> std::task::Poll<Result<(), Self::Error>> {
-        self.http.poll_ready(cx)
+        self.inner.poll_ready(cx)
     }
 
-    fn call(&mut self, request: http::Request<kube::client::Body>) -> Self::Future {
-        self.http.call(request)
+    fn call(&mut self, request: R) -> Self::Future {
+        self.inner.call(request)
     }
 }
 
@@ -127,20 +145,23 @@ impl PathClients {
         anyhow::ensure!(root.proxy_url.is_none(), "a proxy in the kubeconfig is not supported for project clients");
         let mut http = hyper_util::client::legacy::connect::HttpConnector::new();
         http.enforce_http(false);
-        // HTTP/2 where the server offers it (ALPN), HTTP/1.1 otherwise.
-        let https = hyper_rustls::HttpsConnectorBuilder::new()
-            .with_tls_config(root.rustls_client_config()?)
-            .https_or_http()
-            .enable_http1()
-            .enable_http2()
-            .wrap_connector(http);
+        // HTTP/2 where the server offers it (ALPN), HTTP/1.1 otherwise; the kubeconfig's
+        // tls-server-name as kube's own connector has it.
+        let mut https =
+            hyper_rustls::HttpsConnectorBuilder::new().with_tls_config(root.rustls_client_config()?).https_or_http();
+        if let Some(name) = root.tls_server_name.as_ref() {
+            let name = name.clone().try_into().with_context(|| format!("tls-server-name {name}"))?;
+            https = https.with_server_name_resolver(hyper_rustls::FixedServerNameResolver::new(name));
+        }
+        let https = https.enable_http1().enable_http2().wrap_connector(http);
         let mut connector = hyper_timeout::TimeoutConnector::new(https);
         connector.set_connect_timeout(root.connect_timeout);
-        // A connection nothing at all comes over for this long is dead: with a lane's watches
-        // on it, bookmarks come about once a minute each.
+        // A connection nothing at all comes over for this long is dead (with a lane's watches on
+        // it, bookmarks come about once a minute each); what the producer writes on it says
+        // nothing of that, so it does not count.
         connector.set_read_timeout(root.read_timeout);
         connector.set_write_timeout(root.write_timeout);
-        connector.set_reset_reader_on_write(root.reset_reader_on_write);
+        connector.set_reset_reader_on_write(false);
         Ok(PathClients { root, connector, lanes: Arc::default() })
     }
 
@@ -159,38 +180,61 @@ impl PathClients {
         let retry = config
             .default_retry
             .then(|| tower::retry::RetryLayer::new(kube::client::retry::RetryPolicy::server_retry()));
+        let lane = self.lane();
         let service = ServiceBuilder::new()
             .layer(config.base_uri_layer())
             .option_layer(retry)
             .option_layer(config.auth_layer()?)
             .layer(config.extra_headers_layer()?)
-            // Many projects' streams share a connection, so a connection's read timeout no
-            // longer tells one silent stream: each answer's body fails after this long without a
-            // byte (a watch's bookmarks come about once a minute), and only its project becomes
-            // incomplete.
-            .layer(tower_http::timeout::ResponseBodyTimeoutLayer::new(PROJECT_READ_TIMEOUT))
             .map_err(tower::BoxError::from)
-            .service(self.lane());
+            .service(answered_within(lane.http, PROJECT_READ_TIMEOUT));
+        let service = Seat { inner: service, _seat: lane.seats };
         Ok(kube::client::ClientBuilder::new(service, config.default_namespace).build())
     }
 
     /// The first lane with room for one more project, or a new one.
     fn lane(&self) -> Lane {
         let mut lanes = self.lanes.lock();
-        if let Some(lane) = lanes.iter().find(|lane| Arc::strong_count(&lane.users) <= LANE_PROJECTS) {
+        if let Some(lane) = lanes.iter().find(|lane| Arc::strong_count(&lane.seats) <= LANE_PROJECTS) {
             return lane.clone();
         }
+        let timer = hyper_util::rt::TokioTimer::new();
         let http = hyper_util::client::legacy::Builder::new(hyper_util::rt::TokioExecutor::new())
+            .timer(timer.clone())
+            .pool_timer(timer)
+            .http2_keep_alive_interval(LANE_PING)
+            .http2_keep_alive_timeout(LANE_PING_TIMEOUT)
+            // Kept while its watches are quiet: a connection is checked out again only when a
+            // watch renews (every few minutes), and an idle timeout counted from that would open
+            // a new connection each time, while the old one still carries the other watches.
+            .pool_idle_timeout(None)
             .build(self.connector.clone());
-        let lane = Lane { http, users: Arc::default() };
+        let lane = Lane { http, seats: Arc::default() };
         lanes.push(lane.clone());
         lane
     }
 
     /// How many lanes there are, and how many projects hold each (for tests).
     pub fn lanes(&self) -> Vec<usize> {
-        self.lanes.lock().iter().map(|lane| Arc::strong_count(&lane.users) - 1).collect()
+        self.lanes.lock().iter().map(|lane| Arc::strong_count(&lane.seats) - 1).collect()
     }
+}
+
+/// `http` with a bound on each answer: its head within `limit` of the request (many projects'
+/// streams share a connection, so the connection's read timeout no longer tells one request that
+/// is never answered), then its body failing after `limit` without a byte (a watch's bookmarks
+/// come about once a minute). Either way only that request's project becomes incomplete.
+fn answered_within<S, B>(
+    http: S,
+    limit: Duration,
+) -> tower::timeout::Timeout<tower_http::timeout::ResponseBodyTimeout<S>>
+where
+    S: tower::Service<http::Request<kube::client::Body>, Response = http::Response<B>>,
+{
+    tower::ServiceBuilder::new()
+        .layer(tower::timeout::TimeoutLayer::new(limit))
+        .layer(tower_http::timeout::ResponseBodyTimeoutLayer::new(limit))
+        .service(http)
 }
 
 async fn config(kubeconfig: Option<&Path>, context: Option<&str>) -> anyhow::Result<kube::Config> {
@@ -283,5 +327,20 @@ mod tests {
         let _next = clients.at("/p/next").expect("client");
         assert_eq!(clients.lanes(), [LANE_PROJECTS, 0, 0], "the first lane with room");
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A project's request that is never answered fails after the limit, not never: over a
+    /// connection many projects share, nothing else would end it.
+    #[tokio::test(start_paused = true)]
+    async fn an_answer_that_never_comes_fails_in_time() {
+        use tower::{Service, ServiceExt};
+        let (mock, mut handle) =
+            tower_test::mock::pair::<http::Request<kube::client::Body>, http::Response<kube::client::Body>>();
+        let mut service = answered_within(mock, PROJECT_READ_TIMEOUT);
+        let started = tokio::time::Instant::now();
+        let call = service.ready().await.expect("ready").call(http::Request::new(kube::client::Body::empty()));
+        let (_request, _never) = handle.next_request().await.expect("the request");
+        assert!(call.await.is_err(), "no answer: an error");
+        assert_eq!(started.elapsed(), PROJECT_READ_TIMEOUT);
     }
 }

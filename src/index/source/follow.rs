@@ -6,9 +6,9 @@
 //! of two) gets them where the API server offers them and a LIST where it does not: a server
 //! whose WatchList is off refuses the request (422), and one too old to know it sends the objects
 //! but never says the list has ended, so a watch's first streaming list that brings nothing for
-//! [`STREAM_END_WAIT`] without having ended is done as a LIST too; either way, from then on for
-//! that watch. Once a streaming list has ended, the server offers them: a later one that stalls
-//! is waited for as a stalled LIST is.
+//! [`STREAM_END_WAIT`] without having ended, or whose answer ends before the list does, is done
+//! as a LIST too; either way, from then on for that watch. Once a streaming list has ended, the
+//! server offers them: a later one that stalls is waited for as a stalled LIST is.
 
 use std::time::Duration;
 
@@ -234,51 +234,70 @@ pub async fn follow_within<K, S>(
             None => None,
         };
         let mut turn_ends = tokio::time::Instant::now() + LIST_TURN;
-        // Until the first streaming list has ended: when it must have brought something by.
-        let mut stream_ends = (streaming(&config) && !streamed).then(|| tokio::time::Instant::now() + STREAM_END_WAIT);
-        let events = watcher(api.clone(), config.clone());
-        futures::pin_mut!(events);
-        loop {
-            let event = tokio::select! {
-                event = events.next() => {
-                    // Coming along: the turn is kept while the list makes progress.
-                    turn_ends = tokio::time::Instant::now() + LIST_TURN;
-                    if let Some(ends) = stream_ends.as_mut() {
-                        *ends = tokio::time::Instant::now() + STREAM_END_WAIT;
+        // While this watch's first streaming list has not ended: when it must bring something by.
+        let mut stream_ends: Option<tokio::time::Instant> = None;
+        // Whether a list has begun and not ended under this watcher: it begins one again on its
+        // own when the stream ends, which must not hide a streaming list that never ends.
+        let mut begun = false;
+        // The watcher (and any answer it holds open) is gone before the backoff.
+        {
+            let events = watcher(api.clone(), config.clone());
+            futures::pin_mut!(events);
+            loop {
+                let event = tokio::select! {
+                    event = events.next() => {
+                        // Coming along: the turn is kept while the list makes progress.
+                        turn_ends = tokio::time::Instant::now() + LIST_TURN;
+                        if let Some(ends) = stream_ends.as_mut() {
+                            *ends = tokio::time::Instant::now() + STREAM_END_WAIT;
+                        }
+                        event
                     }
-                    event
-                }
-                () = tokio::time::sleep_until(turn_ends), if turn.is_some() => {
-                    // A list that brings nothing for this long (a project that does not answer)
-                    // must not keep others' from starting: it goes on outside the budget.
-                    drop(turn.take());
-                    continue;
-                }
-                () = tokio::time::sleep_until(stream_ends.unwrap_or(turn_ends)), if stream_ends.is_some() => {
-                    config = list_instead(&config, &kind, "a streaming list brought nothing and did not end");
-                    break;
-                }
-            };
-            let Some(event) = event else { break };
-            match event {
-                Ok(Event::Init) => sink.relist_started(),
-                Ok(Event::InitApply(object)) => deliver(sink, object, Phase::Listed),
-                Ok(Event::InitDone) => {
-                    backoff = FIRST_BACKOFF;
-                    streamed |= streaming(&config);
-                    stream_ends = None;
-                    drop(turn.take()); // the list is whole: the next one may start
-                    sink.relist_done();
-                }
-                Ok(Event::Apply(object)) => deliver(sink, object, Phase::Applied),
-                Ok(Event::Delete(object)) => deliver(sink, object, Phase::Deleted),
-                Err(error) if streaming(&config) && !streamed && streaming_refused(&error) => {
-                    config = list_instead(&config, &kind, "the API server refused a streaming list");
-                    break;
-                }
-                Err(error) => {
-                    sink.failed(&error);
-                    break;
+                    () = tokio::time::sleep_until(turn_ends), if turn.is_some() => {
+                        // A list that brings nothing for this long (a project that does not
+                        // answer) must not keep others' from starting: it goes on outside the
+                        // budget.
+                        drop(turn.take());
+                        continue;
+                    }
+                    () = tokio::time::sleep_until(stream_ends.unwrap_or(turn_ends)), if stream_ends.is_some() => {
+                        config = list_instead(&config, &kind, "a streaming list brought nothing and did not end");
+                        break;
+                    }
+                };
+                let Some(event) = event else { break };
+                match event {
+                    Ok(Event::Init) => {
+                        if streaming(&config) && !streamed {
+                            if begun {
+                                config = list_instead(&config, &kind, "a streaming list ended before its end");
+                                break;
+                            }
+                            stream_ends = Some(tokio::time::Instant::now() + STREAM_END_WAIT);
+                        }
+                        begun = true;
+                        sink.relist_started();
+                    }
+                    Ok(Event::InitApply(object)) => deliver(sink, object, Phase::Listed),
+                    Ok(Event::InitDone) => {
+                        backoff = FIRST_BACKOFF;
+                        streamed |= streaming(&config);
+                        (begun, stream_ends) = (false, None);
+                        drop(turn.take()); // the list is whole: the next one may start
+                        sink.relist_done();
+                    }
+                    Ok(Event::Apply(object)) => deliver(sink, object, Phase::Applied),
+                    Ok(Event::Delete(object)) => deliver(sink, object, Phase::Deleted),
+                    // Refused before anything came: a LIST is as good, whenever it happens (a
+                    // server of another version behind the same address).
+                    Err(error) if streaming(&config) && streaming_refused(&error) => {
+                        config = list_instead(&config, &kind, "the API server refused a streaming list");
+                        break;
+                    }
+                    Err(error) => {
+                        sink.failed(&error);
+                        break;
+                    }
                 }
             }
         }
@@ -403,6 +422,27 @@ mod tests {
         assert!(!request.uri().to_string().contains("watch=true"), "a LIST: {}", request.uri());
         assert!(waited >= STREAM_END_WAIT, "gave up on the streaming list after {waited:?}");
         assert!(waited <= STREAM_END_WAIT + MAX_BACKOFF + Duration::from_millis(100), "{waited:?}");
+        task.abort();
+    }
+
+    /// A server that ignores the request and ends each answer (its watch timeout) before any end
+    /// of the list: the watcher would begin the list again and again; the second begins a LIST.
+    #[tokio::test(start_paused = true)]
+    async fn a_streaming_list_whose_answers_end_first_lists_instead() {
+        let (mock, mut server) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+        let task = streaming_follower(kube::Client::new(mock, "default"));
+        let added = r#"{"type":"ADDED","object":{"kind":"Namespace","apiVersion":"v1","metadata":{"name":"a","resourceVersion":"5"}}}"#;
+        for n in 1..=2 {
+            let (request, send) = server.next_request().await.expect("a request");
+            assert!(is_streaming_list(&request), "streaming list {n}: {}", request.uri());
+            send.send_response(
+                Response::builder().body(Body::from(format!("{added}\n").into_bytes())).expect("events"),
+            );
+        }
+        let asked = tokio::time::Instant::now();
+        let (request, _hold) = server.next_request().await.expect("the third request");
+        assert!(!request.uri().to_string().contains("watch=true"), "a LIST: {}", request.uri());
+        assert!(asked.elapsed() <= MAX_BACKOFF, "listed {:?} after the second answer", asked.elapsed());
         task.abort();
     }
 

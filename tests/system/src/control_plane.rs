@@ -527,6 +527,7 @@ impl ControlPlane {
             let file = entry.file_name().to_string_lossy().into_owned();
             if file.starts_with("audit") && file.ends_with(".log") {
                 log.push_str(&std::fs::read_to_string(entry.path()).unwrap_or_default());
+                log.push('\n'); // a last line half written ends here, not in the next file's first
             }
         }
         log.lines()
