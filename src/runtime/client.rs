@@ -156,12 +156,11 @@ impl PathClients {
         let https = https.enable_http1().enable_http2().wrap_connector(http);
         let mut connector = hyper_timeout::TimeoutConnector::new(https);
         connector.set_connect_timeout(root.connect_timeout);
-        // A connection nothing at all comes over for this long is dead (with a lane's watches on
-        // it, bookmarks come about once a minute each); what the producer writes on it says
-        // nothing of that, so it does not count.
+        // Over HTTP/1.1 a connection nothing comes over for this long after a request was written
+        // is dead (kube's own timing; over HTTP/2 a lane's pings tell that, see `lane`).
         connector.set_read_timeout(root.read_timeout);
         connector.set_write_timeout(root.write_timeout);
-        connector.set_reset_reader_on_write(false);
+        connector.set_reset_reader_on_write(root.reset_reader_on_write);
         Ok(PathClients { root, connector, lanes: Arc::default() })
     }
 

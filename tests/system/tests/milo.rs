@@ -116,14 +116,20 @@ async fn projects_discovered_from_milo_each_on_its_own() {
     backing_cp.assert_nothing_refused();
 }
 
-/// A project that stops answering (Milo holds its requests open, its watches cut) holds its own
-/// copies and nobody else's: beta's copy, unserved, is collected within the grace and a few
-/// seconds while alpha's six, due at the same moment, are kept (counted as incomplete) until
-/// alpha answers again. Failed on the old code: each of alpha's due copies waited 5 s for a live
-/// read inside the pruner's one sequence of passes, over and over, and beta's waited behind them.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_silent_project_holds_only_its_own_deletions() {
-    const SCOPE: &str = "silent";
+/// A hub and a Milo stand-in of their own, with the producer installed as `name` with short
+/// timings (not yet running).
+struct Quick {
+    withdraw_after: Duration,
+    grace: Duration,
+    hub_cp: ControlPlane,
+    backing_cp: ControlPlane,
+    hub: Client,
+    backing: Client,
+    milo: Milo,
+    render: edgegate_system_tests::pod::Render,
+}
+
+async fn quick(name: &str) -> Quick {
     let (withdraw_after, grace) = (Duration::from_secs(2), Duration::from_secs(2));
     let hub_cp = ControlPlane::own();
     let backing_cp = ControlPlane::own();
@@ -139,7 +145,20 @@ async fn a_silent_project_holds_only_its_own_deletions() {
     let milo = Milo::start(&backing_cp).await;
     let flags = [format!("--withdraw-after={}s", withdraw_after.as_secs()), format!("--grace={}s", grace.as_secs())];
     let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
-    let render = shipped::install_with_milo("milo-silent", &hub_cp, &backing_cp, &milo, &flags).await;
+    let render = shipped::install_with_milo(name, &hub_cp, &backing_cp, &milo, &flags).await;
+    Quick { withdraw_after, grace, hub_cp, backing_cp, hub, backing, milo, render }
+}
+
+/// A project that stops answering (Milo holds its requests open, its watches cut) holds its own
+/// copies and nobody else's: beta's copy, unserved, is collected within the grace and a few
+/// seconds while alpha's six, due at the same moment, are kept (counted as incomplete) until
+/// alpha answers again. Failed on the old code: each of alpha's due copies waited 5 s for a live
+/// read inside the pruner's one sequence of passes, over and over, and beta's waited behind them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_project_holds_only_its_own_deletions() {
+    const SCOPE: &str = "silent";
+    let Quick { withdraw_after, grace, hub_cp, backing_cp: _backing_cp, hub, backing, milo, render } =
+        quick("milo-silent").await;
     project(&backing, "alpha", "True").await;
     project(&backing, "beta", "True").await;
     let mut alpha = Vec::new();
@@ -208,20 +227,7 @@ async fn a_silent_project_holds_only_its_own_deletions() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_project_server_restarting_holds_only_its_own_copies() {
     const SCOPE: &str = "restart";
-    let (withdraw_after, grace) = (Duration::from_secs(2), Duration::from_secs(2));
-    let hub_cp = ControlPlane::own();
-    let backing_cp = ControlPlane::own();
-    let (hub, backing) = (hub_cp.client().await, backing_cp.client().await);
-    install_crd(&hub).await;
-    world::install_crds(&backing_cp);
-    eventually(Duration::from_secs(30), "Milo's Project CRD served", async || {
-        world::projects(&backing).list(&Default::default()).await.is_ok()
-    })
-    .await;
-    let milo = Milo::start(&backing_cp).await;
-    let flags = [format!("--withdraw-after={}s", withdraw_after.as_secs()), format!("--grace={}s", grace.as_secs())];
-    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
-    let render = shipped::install_with_milo("milo-restart", &hub_cp, &backing_cp, &milo, &flags).await;
+    let Quick { withdraw_after, grace, hub_cp, backing_cp, hub, backing, milo, render } = quick("milo-restart").await;
     let mut namespaces = Vec::new();
     let mut servers = Vec::new();
     for (p, address) in [("alpha", "fd20:0:c1::1"), ("beta", "fd20:0:c2::1")] {
