@@ -4,7 +4,8 @@
 //!
 //! A config asking for streaming lists (the list as a watch's first events, one request instead
 //! of two) gets them where the API server offers them and a LIST where it does not: a server
-//! whose WatchList is off refuses the request (422), and one too old to know it sends the objects
+//! whose WatchList is off refuses the request (422, or 400; whenever it does, a LIST follows),
+//! and one too old to know it sends the objects
 //! but never says the list has ended, so a watch's first streaming list that brings nothing for
 //! [`STREAM_END_WAIT`] without having ended, or whose answer ends before the list does, is done
 //! as a LIST too; either way, from then on for that watch. Once a streaming list has ended, the
