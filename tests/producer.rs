@@ -151,6 +151,15 @@ fn watching(log: &Log, path: &str) -> bool {
     log.lock().expect("log").iter().any(|s| s.path() == path && s.is_watch() && !s.is_streaming_list())
 }
 
+/// What the producer of `h` remembers, as its in-process pruner's evidence reads it.
+fn memory(h: &Harness) -> edgegate_producer::evidence::Memory {
+    edgegate_producer::evidence::Memory {
+        unwritten: Arc::clone(&h.producer.unwritten),
+        served: Arc::clone(&h.producer.served),
+        failing: Arc::clone(&h.producer.failing),
+    }
+}
+
 fn project_synced(h: &Harness) -> bool {
     h.producer.projects.read().values().all(|p| p.synced())
 }
@@ -331,11 +340,7 @@ async fn a_project_that_cannot_be_read_holds_only_its_own_copies() {
     .await;
     // The producer's evidence, needing its project whole for `whole_for`.
     let evidence_for = |whole_for: Duration| {
-        let memory = edgegate_producer::evidence::Memory {
-            unwritten: Arc::clone(&h.producer.unwritten),
-            served: Arc::clone(&h.producer.served),
-            failing: Arc::clone(&h.producer.failing),
-        };
+        let memory = memory(&h);
         let (view, projects) = (Arc::clone(&h.producer.view), Arc::clone(&h.producer.projects));
         Evidence::new(view, projects, Arc::default(), memory, whole_for, edgegate::runtime::wakeups::Later::default())
     };
@@ -390,11 +395,7 @@ async fn a_live_read_bounds_what_a_pass_waits() {
         tower_test::mock::pair::<http::Request<kube::client::Body>, http::Response<kube::client::Body>>();
     let clients = edgegate_producer::evidence::Clients::default();
     clients.write().insert("acme".to_owned(), Client::new(reads, "default"));
-    let memory = edgegate_producer::evidence::Memory {
-        unwritten: Arc::clone(&h.producer.unwritten),
-        served: Arc::clone(&h.producer.served),
-        failing: Arc::clone(&h.producer.failing),
-    };
+    let memory = memory(&h);
     let (view, projects) = (Arc::clone(&h.producer.view), Arc::clone(&h.producer.projects));
     let evidence = Evidence::new(view, projects, clients, memory, Duration::ZERO, Default::default());
     let copy = Deletion {

@@ -369,12 +369,23 @@ mod tests {
         b.abort();
     }
 
-    /// A watch of `client`'s namespaces asking for streaming lists, as a task.
-    fn streaming_follower(client: kube::Client) -> tokio::task::JoinHandle<()> {
-        tokio::spawn(async move {
+    type Server = tower_test::mock::Handle<Request<Body>, Response<Body>>;
+
+    /// A watch of namespaces asking for streaming lists, as a task, and its mock API server.
+    fn streaming_follower() -> (Server, tokio::task::JoinHandle<()>) {
+        let (mock, server) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+        let client = kube::Client::new(mock, "default");
+        let task = tokio::spawn(async move {
             let config = watcher::Config::default().streaming_lists();
             follow_within::<Namespace, _>(Api::all(client), config, &mut Nothing, None).await;
-        })
+        });
+        (server, task)
+    }
+
+    /// One namespace added, then the answer ends (no end of the list).
+    fn one_added() -> Response<Body> {
+        let added = r#"{"type":"ADDED","object":{"kind":"Namespace","apiVersion":"v1","metadata":{"name":"a","resourceVersion":"5"}}}"#;
+        Response::builder().body(Body::from(format!("{added}\n").into_bytes())).expect("events")
     }
 
     fn is_streaming_list(request: &Request<Body>) -> bool {
@@ -386,8 +397,7 @@ mod tests {
     /// and keeps to it.
     #[tokio::test(start_paused = true)]
     async fn a_refused_streaming_list_lists_instead() {
-        let (mock, mut server) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
-        let task = streaming_follower(kube::Client::new(mock, "default"));
+        let (mut server, task) = streaming_follower();
         let (request, send) = server.next_request().await.expect("the first request");
         assert!(is_streaming_list(&request), "a streaming list first: {}", request.uri());
         let refusal = r#"{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"Invalid","code":422,
@@ -407,12 +417,10 @@ mod tests {
     /// watch lists instead once nothing has come for [`STREAM_END_WAIT`], not before.
     #[tokio::test(start_paused = true)]
     async fn a_streaming_list_that_never_ends_lists_instead() {
-        let (mock, mut server) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
-        let task = streaming_follower(kube::Client::new(mock, "default"));
+        let (mut server, task) = streaming_follower();
         let (request, send) = server.next_request().await.expect("the first request");
         assert!(is_streaming_list(&request), "a streaming list first: {}", request.uri());
-        let added = r#"{"type":"ADDED","object":{"kind":"Namespace","apiVersion":"v1","metadata":{"name":"a","resourceVersion":"5"}}}"#;
-        send.send_response(Response::builder().body(Body::from(format!("{added}\n").into_bytes())).expect("events"));
+        send.send_response(one_added());
         // The stream ended without the end of the list: the watcher asks again, and is not answered.
         let (request, _hold) = server.next_request().await.expect("the second request");
         assert!(is_streaming_list(&request), "a streaming list again: {}", request.uri());
@@ -430,15 +438,11 @@ mod tests {
     /// of the list: the watcher would begin the list again and again; the second begins a LIST.
     #[tokio::test(start_paused = true)]
     async fn a_streaming_list_whose_answers_end_first_lists_instead() {
-        let (mock, mut server) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
-        let task = streaming_follower(kube::Client::new(mock, "default"));
-        let added = r#"{"type":"ADDED","object":{"kind":"Namespace","apiVersion":"v1","metadata":{"name":"a","resourceVersion":"5"}}}"#;
+        let (mut server, task) = streaming_follower();
         for n in 1..=2 {
             let (request, send) = server.next_request().await.expect("a request");
             assert!(is_streaming_list(&request), "streaming list {n}: {}", request.uri());
-            send.send_response(
-                Response::builder().body(Body::from(format!("{added}\n").into_bytes())).expect("events"),
-            );
+            send.send_response(one_added());
         }
         let asked = tokio::time::Instant::now();
         let (request, _hold) = server.next_request().await.expect("the third request");

@@ -149,6 +149,17 @@ async fn quick(name: &str) -> Quick {
     Quick { withdraw_after, grace, hub_cp, backing_cp, hub, backing, milo, render }
 }
 
+/// Beta's unserved copy in `beta` (made just now) collected within the grace and a few seconds,
+/// while `alpha` (what happened to alpha) holds nobody else's deletions.
+async fn collected_in_time(hub: &Client, beta: &str, grace: Duration, alpha: &str) {
+    let started = Instant::now();
+    eventually(Duration::from_secs(90), "beta's copy collected", async || !exists(hub, beta, "unserved").await).await;
+    let took = started.elapsed();
+    eprintln!("milo: {alpha}: beta's unserved copy collected after {took:?} (grace {grace:?})");
+    let bound = grace + Duration::from_secs(6);
+    assert!(took <= bound, "beta's copy took {took:?}, over {bound:?}, with {alpha}");
+}
+
 /// A project that stops answering (Milo holds its requests open, its watches cut) holds its own
 /// copies and nobody else's: beta's copy, unserved, is collected within the grace and a few
 /// seconds while alpha's six, due at the same moment, are kept (counted as incomplete) until
@@ -189,11 +200,7 @@ async fn a_silent_project_holds_only_its_own_deletions() {
     }
     create(&hub, &beta, &slice(SCOPE, "unserved", true, &["fd20:0:dead::2"]), false).await.expect("beta's copy");
     let started = Instant::now();
-    eventually(Duration::from_secs(90), "beta's copy collected", async || !exists(&hub, &beta, "unserved").await).await;
-    let took = started.elapsed();
-    eprintln!("milo: alpha silent: beta's unserved copy collected after {took:?} (grace {grace:?})");
-    let bound = grace + Duration::from_secs(6);
-    assert!(took <= bound, "beta's copy took {took:?}, over {bound:?}, while alpha did not answer");
+    collected_in_time(&hub, &beta, grace, "alpha silent").await;
     let held = eventually(Duration::from_secs(30), "alpha's namespaces held as incomplete", async || {
         metrics(producer).contains("edgegate_producer_prune_held_namespaces{reason=\"incomplete\"} 6")
     })
@@ -260,12 +267,7 @@ async fn a_project_server_restarting_holds_only_its_own_copies() {
     tokio::task::block_in_place(|| backing_cp.pause(&servers[0].name));
     create(&hub, &alpha, &slice(SCOPE, "unserved", true, &["fd20:0:dead::1"]), false).await.expect("alpha's copy");
     create(&hub, &beta, &slice(SCOPE, "unserved", true, &["fd20:0:dead::2"]), false).await.expect("beta's copy");
-    let started = Instant::now();
-    eventually(Duration::from_secs(90), "beta's copy collected", async || !exists(&hub, &beta, "unserved").await).await;
-    let took = started.elapsed();
-    eprintln!("milo: alpha's server down: beta's unserved copy collected after {took:?} (grace {grace:?})");
-    let bound = grace + Duration::from_secs(6);
-    assert!(took <= bound, "beta's copy took {took:?}, over {bound:?}, while alpha's server was down");
+    collected_in_time(&hub, &beta, grace, "alpha's server down").await;
     eventually(Duration::from_secs(30), "alpha's namespace held as incomplete", async || {
         metrics(&pod.process).contains("edgegate_producer_prune_held_namespaces{reason=\"incomplete\"} 1")
     })
