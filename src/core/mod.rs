@@ -46,6 +46,7 @@ pub mod project;
 pub mod reachability;
 pub mod record;
 pub mod selector;
+pub mod shard;
 pub mod slice;
 pub mod trim;
 pub mod unwritten;
