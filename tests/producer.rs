@@ -123,6 +123,7 @@ fn start(
         failing: Arc::default(),
         again: None,
         leader,
+        owner: None,
         metrics: Arc::new(Metrics::new()),
         recorder,
         mismatched: Mutex::default(),

@@ -93,6 +93,12 @@ pub struct Args {
     #[command(flatten)]
     pub deletion: edgegate_pruner::args::DeletionArgs,
 
+    /// Share the projects across replicas (docs/sharding.md): each renews a member Lease
+    /// `<lease-name>-member-<identity>`, holds the buckets whose fence Leases
+    /// `<lease-name>-bucket-<n>` name it, and watches, writes and deletes for their projects only.
+    #[arg(long, env = "EDGEGATE_SHARD", conflicts_with = "no_leader_election")]
+    pub shard: bool,
+
     /// Name of the coordination.k8s.io/v1 Lease that elects the one replica that writes.
     #[arg(long, env = "EDGEGATE_LEASE_NAME", default_value = "edgegate-producer")]
     pub lease_name: String,

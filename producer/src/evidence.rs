@@ -39,6 +39,7 @@ use edgegate::index::Change;
 use edgegate::index::hub::HubView;
 use edgegate::index::project::ProjectIndex;
 use edgegate::runtime::clock;
+use edgegate::runtime::shard::Ownership;
 use edgegate::runtime::wakeups::Later;
 use edgegate_pruner::gate::Gate;
 use parking_lot::Mutex;
@@ -153,6 +154,8 @@ pub struct Evidence {
     pub again: Later<Change>,
     waiting: Arc<Mutex<HashMap<String, Waiting>>>,
     liveness: Arc<Mutex<HashMap<String, Liveness>>>,
+    /// Sharing: only the copies of the projects whose buckets this replica holds are its to delete.
+    owner: Option<Ownership>,
     /// When `waiting` and `liveness` were last rid of what was forgotten.
     forgotten: Mutex<Option<Instant>>,
 }
@@ -176,7 +179,18 @@ impl Evidence {
             waiting: Arc::default(),
             liveness: Arc::default(),
             forgotten: Mutex::default(),
+            owner: None,
         }
+    }
+
+    /// Sharing: judge only the copies of projects whose buckets `owner` holds.
+    pub fn sharing(mut self, owner: Option<Ownership>) -> Self {
+        self.owner = owner;
+        self
+    }
+
+    fn holds(&self, project: &str) -> bool {
+        self.owner.as_ref().is_none_or(|o| o.holds(project))
     }
 
     /// Forget namespaces not asked about for [`FORGOTTEN`] (their copies went, or were named) and
@@ -214,6 +228,9 @@ impl Evidence {
                 (Held::Unwatched, "no engaged project owns it")
             });
         };
+        if !self.holds(&project) {
+            return Some((Held::Unwatched, "another replica holds its project's bucket"));
+        }
         if !self.view.synced() {
             return Some((Held::Incomplete, "the hub's view is not synced"));
         }
@@ -327,13 +344,13 @@ impl Gate for Evidence {
             let mut liveness = self.liveness.lock();
             let state = liveness.entry(project.clone()).or_default();
             if state.answered.is_some_and(|a| now.saturating_duration_since(a) < ANSWERED_WITHIN) {
-                return Box::pin(std::future::ready(true));
+                return Box::pin(std::future::ready(self.holds(&project)));
             }
             if state.looking {
                 None
             } else {
                 state.looking = true;
-                let look = tokio::spawn(look(project, client, Arc::clone(&self.liveness)));
+                let look = tokio::spawn(look(project.clone(), client, Arc::clone(&self.liveness)));
                 // A project whose last read failed is looked at again without waiting: with
                 // many such projects, even 0.5 s each would add up in the passes.
                 state.failed.is_none().then_some(look)
@@ -347,12 +364,14 @@ impl Gate for Evidence {
             return Box::pin(std::future::ready(false));
         };
         let (waiting, namespace) = (Arc::clone(&self.waiting), deletion.namespace.clone());
+        let owner = self.owner.clone();
         Box::pin(async move {
             let answered = matches!(tokio::time::timeout(CONFIRM_WAIT, look).await, Ok(Ok(true)));
             if !answered {
                 hold(&waiting, &namespace, Held::Incomplete, awaited, clock::now());
             }
-            answered
+            // Sharing: the bucket may have moved while the read ran.
+            answered && owner.is_none_or(|o| o.holds(&project))
         })
     }
 }

@@ -15,6 +15,7 @@ use edgegate::index::hub::HubView;
 use edgegate::index::project::ProjectIndex;
 use edgegate::runtime::clock;
 use edgegate::runtime::lease::Leadership;
+use edgegate::runtime::shard::Ownership;
 use edgegate::runtime::wakeups::{Later, Wakeup, Wakeups};
 use kube::api::{Patch, PatchParams};
 use kube::runtime::events::{Event, EventType, Recorder};
@@ -153,6 +154,9 @@ pub struct Producer {
     pub again: Option<Later<Trigger>>,
     /// Whether this replica may write now.
     pub leader: Leadership,
+    /// Sharing (`--shard`): which projects' records this replica may write, besides `leader`
+    /// (then its member Lease's deadline).
+    pub owner: Option<Ownership>,
     pub metrics: Arc<Metrics>,
     pub recorder: Recorder,
     /// Hub namespaces whose project label names another project than the one writing them.
@@ -172,7 +176,7 @@ impl Producer {
     pub async fn write(&self, project: &str, index: &ProjectIndex, namespace: &str) -> Written {
         let Some(uid) = index.uid(namespace) else { return Written::Skipped };
         let hub_ns = format!("ns-{uid}");
-        if !self.leader.is_leader() || !index.synced() || !self.view.synced() {
+        if !self.may_write(project) || !index.synced() || !self.view.synced() {
             // Nothing observed now: a withdrawal's run must not span the gap (the answer may
             // have named the address again meanwhile, unseen); it starts again at the next look.
             self.end_withdrawals(|ns| ns == hub_ns);
@@ -261,7 +265,7 @@ impl Producer {
             pacer.turn().await;
         }
         // Right before the write: leadership is a deadline that passes on its own.
-        if !self.leader.is_leader() {
+        if !self.may_write(project) {
             return Written::Skipped;
         }
         match self.apply(&hub_ns, &addresses, self.force_ownership).await {
@@ -281,7 +285,7 @@ impl Producer {
                 Written::Applied
             }
             Err(kube::Error::Api(status)) if status.code == 409 => {
-                let restored = match self.restore_served(&hub_ns, &addresses).await {
+                let restored = match self.restore_served(project, &hub_ns, &addresses).await {
                     Restore::NotNeeded => None,
                     Restore::Restored(written) => Some(written),
                     // The record still lacks served addresses: that is no current record.
@@ -361,7 +365,7 @@ impl Producer {
     /// them, by hand or by tool), take the field over and write what it holds plus those. A
     /// record that names too few addresses withdraws pods that serve, once the pruner's grace
     /// has passed; one that names too many costs a table entry, so nothing it holds is dropped.
-    async fn restore_served(&self, hub_ns: &str, addresses: &[String]) -> Restore {
+    async fn restore_served(&self, project: &str, hub_ns: &str, addresses: &[String]) -> Restore {
         let current = self.view.with_record(hub_ns, |c| c.map(<[String]>::to_vec)).unwrap_or_default();
         if addresses.iter().all(|a| current.contains(a)) {
             return Restore::NotNeeded;
@@ -372,7 +376,7 @@ impl Producer {
             // What the answer serves comes first; the rest would not fit.
             union = addresses.to_vec();
         }
-        if !self.leader.is_leader() {
+        if !self.may_write(project) {
             return Restore::Failed;
         }
         if let Err(error) = self.apply(hub_ns, &union, true).await {
@@ -547,6 +551,12 @@ impl Producer {
         }
     }
 
+    /// May this replica write `project`'s records now? Asked right before each write: a lease
+    /// deadline passes on its own.
+    fn may_write(&self, project: &str) -> bool {
+        self.leader.is_leader() && self.owner.as_ref().is_none_or(|o| o.holds(project))
+    }
+
     pub fn set_state(&self) {
         let projects: Vec<(String, bool)> = self.projects().into_iter().map(|(n, p)| (n, p.synced())).collect();
         self.metrics.set_state(self.leader.is_leader(), &projects);
@@ -555,7 +565,9 @@ impl Producer {
     /// Passes until `shutdown`: one per batch of triggers, one over everything on each resync
     /// tick and whenever this replica becomes leader.
     pub async fn run(self, triggers: mpsc::UnboundedReceiver<Trigger>, resync: Duration, shutdown: CancellationToken) {
-        let mut wakeups = Wakeups::new(triggers, resync, self.leader.changes()).with_later(self.again.clone());
+        // Sharing, a bucket taken is what leading is otherwise: its projects are written at once.
+        let became = self.owner.as_ref().map_or_else(|| self.leader.changes(), Ownership::taken);
+        let mut wakeups = Wakeups::new(triggers, resync, became).with_later(self.again.clone());
         while let Some(wakeup) = wakeups.next(&shutdown).await {
             let first = match wakeup {
                 Wakeup::Change(trigger) => trigger,

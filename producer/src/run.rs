@@ -1,7 +1,7 @@
 //! Wiring: the hub client and its watches, a client and two to five watches per engaged project,
 //! the Lease, the admin listener, signals.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use anyhow::Context;
 use std::path::{Path, PathBuf};
@@ -11,6 +11,7 @@ use edgegate::EdgeReachability;
 use edgegate::Slice;
 use edgegate::core::hold::Hold;
 use edgegate::core::project::{HttpProxy, NamespaceMeta, NetworkInterface, NetworkService};
+use edgegate::core::shard::{self, Bucket};
 use edgegate::index::Change;
 use edgegate::index::hub::{HubView, HubWriter};
 use edgegate::index::project::{KindWriter, ProjectIndex};
@@ -21,6 +22,7 @@ use edgegate::index::source::follow::{
 use edgegate::runtime::admin::Probes;
 use edgegate::runtime::controller::Controller;
 use edgegate::runtime::lease::Leadership;
+use edgegate::runtime::shard::{Links, ShardConfig, share};
 use edgegate::runtime::supervise::essential;
 use edgegate::runtime::wakeups::Later;
 use kube::runtime::watcher;
@@ -45,12 +47,28 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let view = Arc::new(HubView::new(args.record_name.clone()));
     let projects = Projects::default();
     let lease = args.lease.config(&args.lease_name, "edgegate-producer");
-    let controller = Controller::start(&args.hub, &lease).await?;
+    // Sharing: the election is this replica's own member Lease, its ready buckets annotated.
+    let (ready, annotations) = tokio::sync::watch::channel(BTreeMap::new());
+    let sharing = args.shard.then(|| ShardConfig {
+        namespace: lease.namespace.clone(),
+        identity: lease.identity.clone(),
+        duration: lease.duration,
+        prefix: args.lease_name.clone(),
+    });
+    let election = sharing.as_ref().map_or_else(|| lease.clone(), |s| s.member_lease(annotations));
+    let controller = Controller::start(&args.hub, &election).await?;
     let hub = controller.hub.clone();
     let shutdown = &controller.shutdown;
     start_hub_watches(&hub, &view, &triggers_tx, shutdown);
-    let engaged = Engaged::new(projects, triggers_tx, shutdown)
+    let mut engaged = Engaged::new(projects, triggers_tx, shutdown)
         .within(ListBudget::new(usize::from(args.project_lists_in_flight), args.project_lists_per_second));
+    let owner = sharing.map(|config| {
+        let (engage, buckets) = tokio::sync::watch::channel(BTreeSet::new());
+        engaged = engaged.clone().sharing(buckets);
+        let warm = engaged.clone();
+        let links = Links { ready, engage, warm: Arc::new(move |b| warm.warm(b)) };
+        share(&hub, config, controller.leader.clone(), links, shutdown)
+    });
     match (&args.project_kubeconfig, &args.projects_dir, &args.milo_kubeconfig) {
         (Some(file), _, _) => {
             let name = args.project_name.clone().unwrap_or_else(|| stem(file));
@@ -89,18 +107,21 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             &args.record_name,
             edgegate_pruner::metrics::Metrics::embedded(),
             |_, later| {
-                let made = Arc::new(Evidence::new(
-                    Arc::clone(&view),
-                    Arc::clone(&engaged.projects),
-                    Arc::clone(&engaged.clients),
-                    crate::evidence::Memory {
-                        unwritten: Arc::clone(&unwritten),
-                        served: Arc::clone(&served),
-                        failing: Arc::clone(&failing),
-                    },
-                    args.withdraw_after + args.deletion.grace,
-                    later,
-                ));
+                let made = Arc::new(
+                    Evidence::new(
+                        Arc::clone(&view),
+                        Arc::clone(&engaged.projects),
+                        Arc::clone(&engaged.clients),
+                        crate::evidence::Memory {
+                            unwritten: Arc::clone(&unwritten),
+                            served: Arc::clone(&served),
+                            failing: Arc::clone(&failing),
+                        },
+                        args.withdraw_after + args.deletion.grace,
+                        later,
+                    )
+                    .sharing(owner.clone()),
+                );
                 *evidence.lock() = Some(Arc::clone(&made));
                 Some(made as Arc<dyn edgegate_pruner::gate::Gate>)
             },
@@ -119,6 +140,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         failing,
         again: Some(Later::default()),
         leader: controller.leader.clone(),
+        owner,
         metrics: Arc::clone(&metrics),
         recorder,
         mismatched: Mutex::default(),
@@ -224,6 +246,15 @@ pub struct Engaged {
     /// Every project's lists, within one budget.
     budget: Arc<ListBudget>,
     shutdown: CancellationToken,
+    /// Sharing (`--shard`): the projects offered, of which only the buckets' told are watched.
+    shard: Option<Arc<Offered>>,
+}
+
+/// Every project discovered, with its client, and the buckets whose projects this replica
+/// watches ([`edgegate::runtime::shard::Ownership::engage`]).
+struct Offered {
+    clients: Mutex<BTreeMap<String, Client>>,
+    buckets: tokio::sync::watch::Receiver<BTreeSet<Bucket>>,
 }
 
 impl Engaged {
@@ -235,7 +266,86 @@ impl Engaged {
             triggers,
             budget: ListBudget::new(usize::MAX >> 4, 0.0),
             shutdown: shutdown.clone(),
+            shard: None,
         }
+    }
+
+    /// Watch only the projects of `buckets`, as they change: a project offered is started once
+    /// its bucket is told, and stopped (its memory returned) once it is no longer.
+    pub fn sharing(mut self, buckets: tokio::sync::watch::Receiver<BTreeSet<Bucket>>) -> Self {
+        let offered = Arc::new(Offered { clients: Mutex::default(), buckets });
+        self.shard = Some(Arc::clone(&offered));
+        let engaged = self.clone();
+        let mut told = offered.buckets.clone();
+        essential("shard engagements", &self.shutdown, async move {
+            loop {
+                let buckets = told.borrow_and_update().clone();
+                let offered = offered.clients.lock().clone();
+                for (name, client) in offered {
+                    let wanted = buckets.contains(&shard::bucket(&name));
+                    if wanted && !engaged.is_watched(&name) {
+                        engaged.start(&name, client);
+                    } else if !wanted && engaged.is_watched(&name) {
+                        engaged.stop(&name);
+                    }
+                }
+                if told.changed().await.is_err() {
+                    return;
+                }
+            }
+        });
+        self
+    }
+
+    /// Of `buckets`, those whose every offered project is watched and listed.
+    pub fn warm(&self, buckets: &BTreeSet<Bucket>) -> BTreeSet<Bucket> {
+        let mut warm = buckets.clone();
+        let Some(offered) = &self.shard else { return warm };
+        let projects = self.projects.read();
+        for name in offered.clients.lock().keys() {
+            if !projects.get(name).is_some_and(|p| p.synced()) {
+                warm.remove(&shard::bucket(name));
+            }
+        }
+        warm
+    }
+
+    /// A project discovered: watched now, or (sharing) once its bucket is this replica's.
+    pub fn engage(&self, name: &str, client: Client) {
+        if let Some(offered) = &self.shard {
+            offered.clients.lock().insert(name.to_owned(), client.clone());
+            if !offered.buckets.borrow().contains(&shard::bucket(name)) {
+                return;
+            }
+        }
+        self.start(name, client);
+    }
+
+    /// A project gone: its watches stopped; its records stay as they are.
+    pub fn disengage(&self, name: &str) {
+        if let Some(offered) = &self.shard {
+            offered.clients.lock().remove(name);
+        }
+        self.stop(name);
+    }
+
+    /// The projects engaged: discovered (sharing), or watched.
+    pub fn names(&self) -> Vec<String> {
+        match &self.shard {
+            Some(offered) => offered.clients.lock().keys().cloned().collect(),
+            None => self.projects.read().keys().cloned().collect(),
+        }
+    }
+
+    pub fn is_engaged(&self, name: &str) -> bool {
+        match &self.shard {
+            Some(offered) => offered.clients.lock().contains_key(name),
+            None => self.is_watched(name),
+        }
+    }
+
+    fn is_watched(&self, name: &str) -> bool {
+        self.projects.read().contains_key(name)
     }
 
     /// With every project's lists within `budget`.
@@ -246,7 +356,7 @@ impl Engaged {
 
     /// Start a project's watches (HTTPProxy and Namespace; the kinds its proxies read as they
     /// come to: [`ProjectWatches`]); its namespaces are written once all have listed.
-    pub fn engage(&self, name: &str, client: Client) {
+    fn start(&self, name: &str, client: Client) {
         let index = Arc::new(ProjectIndex::default());
         // Unbounded: a watch handler must not wait; the project's task moves each change on as
         // it comes.
@@ -284,22 +394,13 @@ impl Engaged {
     }
 
     /// Stop a project's watches; its records stay as they are.
-    pub fn disengage(&self, name: &str) {
+    fn stop(&self, name: &str) {
         self.projects.write().remove(name);
         self.clients.write().remove(name);
         if let Some(tasks) = self.tasks.lock().remove(name) {
             tasks.iter().for_each(JoinHandle::abort);
         }
         tracing::info!(project = name, "project disengaged; its records are left as they are");
-    }
-
-    /// The engaged projects' names.
-    pub fn names(&self) -> Vec<String> {
-        self.projects.read().keys().cloned().collect()
-    }
-
-    pub fn is_engaged(&self, name: &str) -> bool {
-        self.projects.read().contains_key(name)
     }
 }
 

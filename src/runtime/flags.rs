@@ -88,6 +88,8 @@ impl LeaseArgs {
             identity,
             duration: self.lease_duration,
             disabled: self.no_leader_election,
+            renewals: 5,
+            annotations: None,
         }
     }
 }

@@ -8,6 +8,7 @@
 //! duration from when they *saw* the renewal, which is later. A clean stop releases the Lease, and
 //! followers look every second, so a rolling update hands over within about a second.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -28,12 +29,17 @@ pub struct LeaseConfig {
     pub duration: Duration,
     /// No election: this replica always leads (run exactly one).
     pub disabled: bool,
+    /// Renewals per duration: 5 for the election; 4 for a member Lease of the shared producer
+    /// (four replicas then renew at one write a second together).
+    pub renewals: u32,
+    /// Annotations written with each renewal (a member's ready buckets), as they are then.
+    pub annotations: Option<watch::Receiver<BTreeMap<String, String>>>,
 }
 
 impl LeaseConfig {
-    /// How often the leader renews: five times a lease.
+    /// How often the holder renews.
     pub fn renew_every(&self) -> Duration {
-        self.duration / 5
+        self.duration / self.renewals.max(2)
     }
 
     /// How often a follower looks: often enough to see a released Lease within a second.
@@ -50,16 +56,24 @@ impl LeaseConfig {
 /// Whether this replica may write now, and a channel told when that changes.
 #[derive(Clone, Debug)]
 pub struct Leadership {
-    deadline: Arc<Mutex<Option<Instant>>>,
+    tenure: Arc<Mutex<Tenure>>,
     always: bool,
     changes: watch::Receiver<bool>,
+}
+
+/// The deadline, and which unbroken run of renewals it belongs to.
+#[derive(Clone, Copy, Debug, Default)]
+struct Tenure {
+    deadline: Option<Instant>,
+    /// Counts the times leading began: what was taken in an earlier tenure is not held now.
+    epoch: u64,
 }
 
 impl Leadership {
     /// A replica that always leads (no election).
     pub fn always() -> Self {
         let (_, changes) = watch::channel(true);
-        Leadership { deadline: Arc::default(), always: true, changes }
+        Leadership { tenure: Arc::default(), always: true, changes }
     }
 
     /// True until the deadline the last renewal set.
@@ -72,8 +86,15 @@ impl Leadership {
         self.changes.clone()
     }
 
+    /// While leading, which tenure: it changes each time leading begins again, so whatever was
+    /// taken before a lapse (a paused process, a cut from the hub) is known not to hold now.
+    pub fn tenure(&self) -> Option<u64> {
+        let tenure = *self.tenure.lock();
+        self.is_leader().then_some(tenure.epoch)
+    }
+
     fn deadline(&self) -> Option<Instant> {
-        *self.deadline.lock()
+        self.tenure.lock().deadline
     }
 }
 
@@ -88,13 +109,20 @@ impl Grant {
     /// A replica that does not lead until granted.
     pub fn new() -> (Leadership, Grant) {
         let (tx, changes) = watch::channel(false);
-        let leadership = Leadership { deadline: Arc::default(), always: false, changes };
+        let leadership = Leadership { tenure: Arc::default(), always: false, changes };
         (leadership.clone(), Grant { leadership, tx })
     }
 
-    /// Lead until `deadline`; `None`: follow from now.
+    /// Lead until `deadline`; `None`: follow from now. Leading that begins (again) begins a
+    /// new tenure.
     pub fn until(&self, deadline: Option<Instant>) {
-        *self.leadership.deadline.lock() = deadline;
+        let leading = self.leadership.is_leader();
+        let mut tenure = self.leadership.tenure.lock();
+        if !leading && deadline.is_some() {
+            tenure.epoch += 1;
+        }
+        tenure.deadline = deadline;
+        drop(tenure);
         self.tell();
     }
 
@@ -169,10 +197,11 @@ impl Elector {
     /// One round: create the Lease, renew it, take it over once released or expired, or follow.
     async fn try_acquire_or_renew(&mut self, sent: Instant) -> Result<(), kube::Error> {
         let Some(mut lease) = self.api.get_opt(&self.config.name).await? else {
-            let lease = Lease {
+            let mut lease = Lease {
                 metadata: ObjectMeta { name: Some(self.config.name.clone()), ..ObjectMeta::default() },
                 spec: Some(self.spec(now(), 0)),
             };
+            self.annotate(&mut lease.metadata);
             return self.write(sent, self.api.create(&PostParams::default(), &lease).await);
         };
         let spec = lease.spec.clone().unwrap_or_default();
@@ -182,6 +211,7 @@ impl Elector {
             renewed.renew_time = Some(now());
             renewed.lease_duration_seconds = Some(self.duration_seconds());
             lease.spec = Some(renewed);
+            self.annotate(&mut lease.metadata);
             return self.write(sent, self.api.replace(&self.config.name, &PostParams::default(), &lease).await);
         }
         if holder.is_some() && !self.expired(&lease, &spec) {
@@ -190,6 +220,7 @@ impl Elector {
         }
         let transitions = spec.lease_transitions.unwrap_or(0) + 1;
         lease.spec = Some(self.spec(now(), transitions));
+        self.annotate(&mut lease.metadata);
         tracing::info!(lease = %self.config.name, previous = ?holder, "taking over the lease");
         self.write(sent, self.api.replace(&self.config.name, &PostParams::default(), &lease).await)
     }
@@ -249,6 +280,13 @@ impl Elector {
         }
     }
 
+    /// The configured annotations as they are now, over what the Lease had.
+    fn annotate(&self, meta: &mut ObjectMeta) {
+        if let Some(annotations) = &self.config.annotations {
+            meta.annotations.get_or_insert_default().extend(annotations.borrow().clone());
+        }
+    }
+
     fn spec(&self, at: MicroTime, transitions: i32) -> LeaseSpec {
         LeaseSpec {
             holder_identity: Some(self.config.identity.clone()),
@@ -294,5 +332,22 @@ mod tests {
         assert!(!leader.is_leader(), "past it");
         assert!(grant.tell(), "and the channel is told when asked");
         assert!(!*leader.changes().borrow());
+    }
+
+    /// Whatever was taken before a lapse is known not to hold after it: leading again is a new
+    /// tenure; a renewal inside the deadline is the same one.
+    #[tokio::test(start_paused = true)]
+    async fn leading_again_after_a_lapse_is_a_new_tenure() {
+        let (leader, grant) = Grant::new();
+        assert_eq!(leader.tenure(), None);
+        let later = |s| crate::runtime::clock::now() + Duration::from_secs(s);
+        grant.until(Some(later(10)));
+        let first = leader.tenure().expect("leading");
+        grant.until(Some(later(10)));
+        assert_eq!(leader.tenure(), Some(first), "renewed in time: the same tenure");
+        tokio::time::sleep(Duration::from_secs(11)).await;
+        assert_eq!(leader.tenure(), None, "lapsed");
+        grant.until(Some(later(10)));
+        assert!(leader.tenure().is_some_and(|t| t != first), "a new tenure after the lapse");
     }
 }

@@ -12,5 +12,6 @@ pub mod metrics;
 pub mod pace;
 pub mod process;
 pub mod rbac;
+pub mod shard;
 pub mod supervise;
 pub mod wakeups;

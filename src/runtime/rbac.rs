@@ -69,8 +69,14 @@ pub const PRODUCER_HUB: &[Rule] = &[
     Rule { group: "events.k8s.io", resource: "events", names: &[], verbs: &["create", "patch"] },
 ];
 
-/// The producer's Lease rule, granted in its own namespace only.
-pub const PRODUCER_LEASE: Rule = PRUNER_LEASE;
+/// The producer's Lease rule, granted in its own namespace only: as the pruner's, and, sharing
+/// (`--shard`), every Lease there listed and watched (the members' and the buckets' fences).
+pub const PRODUCER_LEASE: Rule = Rule {
+    group: "coordination.k8s.io",
+    resource: "leases",
+    names: &[],
+    verbs: &["get", "list", "watch", "create", "update"],
+};
 
 /// `edgegate-producer` at Milo's root (`--milo-kubeconfig`): its projects listed and watched.
 /// With [`PRODUCER_PROJECT`] granted for every project, the one read grant on Milo.

@@ -100,13 +100,22 @@ pub async fn install_with_milo(
     milo: &crate::milo::Milo,
     producer_flags: &[&str],
 ) -> Render {
-    let components = [
-        "components/dev-certs",
-        "components/producer",
-        "components/producer-milo",
-        "components/enforce",
-        "components/images",
-    ];
+    install_with_milo_and(name, hub, backing, milo, &[], producer_flags).await
+}
+
+/// [`install_with_milo`] with `extra` components right after components/producer-milo (as
+/// components/producer-sharded goes).
+pub async fn install_with_milo_and(
+    name: &str,
+    hub: &ControlPlane,
+    backing: &ControlPlane,
+    milo: &crate::milo::Milo,
+    extra: &[&str],
+    producer_flags: &[&str],
+) -> Render {
+    let mut components = vec!["components/dev-certs", "components/producer", "components/producer-milo"];
+    components.extend(extra);
+    components.extend(["components/enforce", "components/images"]);
     let render = Render::tuned(name, &["base"], &components, &[("edgegate-producer", producer_flags)]);
     render.apply_but_admission(hub);
     hand_milo_over(hub, &render, backing, milo).await;

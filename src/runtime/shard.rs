@@ -1,0 +1,370 @@
+//! Sharing projects across producer replicas on the hub's Leases ([`crate::core::shard`] decides,
+//! this module reads and writes): each replica renews a member Lease of its own (the election
+//! of [`super::lease`] on a Lease nobody else holds, its ready buckets as an annotation), watches
+//! every Lease of the namespace, and once a second acts on the plan: takes, releases, lets go.
+//!
+//! A replica may write for a bucket while its member Lease is within its deadline *and* it wrote
+//! itself into the bucket's fence in that same tenure ([`Ownership::holds`]): a fence taken in an
+//! earlier tenure (before a pause, a cut from the hub) is written again first, with the
+//! resourceVersion seen, so a takeover meanwhile refuses it.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+use kube::api::PostParams;
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, ResourceExt};
+use parking_lot::Mutex;
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+use super::lease::{Leadership, LeaseConfig};
+use crate::core::shard::{self, Bucket, Fence, Liveness, Member, Plan, Seen};
+
+/// The annotation on a member Lease naming the buckets it is ready to take.
+pub const READY_ANNOTATION: &str = "edgegate.datumapis.com/ready-buckets";
+
+/// How often a replica looks at the Leases and acts.
+pub const LOOK_EVERY: Duration = Duration::from_secs(1);
+
+/// Where the Leases are and who this replica is.
+#[derive(Clone, Debug)]
+pub struct ShardConfig {
+    pub namespace: String,
+    pub identity: String,
+    /// The member Leases' duration.
+    pub duration: Duration,
+    /// Lease names: `<prefix>-member-<identity>`, `<prefix>-bucket-<n>`.
+    pub prefix: String,
+}
+
+impl ShardConfig {
+    /// The member Lease's election: renewed four times a duration, ready buckets annotated.
+    pub fn member_lease(&self, annotations: watch::Receiver<BTreeMap<String, String>>) -> LeaseConfig {
+        LeaseConfig {
+            name: format!("{}-member-{}", self.prefix, self.identity),
+            namespace: self.namespace.clone(),
+            identity: self.identity.clone(),
+            duration: self.duration,
+            disabled: false,
+            renewals: 4,
+            annotations: Some(annotations),
+        }
+    }
+
+    fn bucket_lease(&self, b: Bucket) -> String {
+        format!("{}-bucket-{b}", self.prefix)
+    }
+}
+
+/// What this replica holds, asked right before each write and deletion.
+#[derive(Clone, Debug)]
+pub struct Ownership {
+    member: Leadership,
+    /// Each bucket held, with the tenure of the member Lease it was taken in.
+    held: Arc<Mutex<BTreeMap<Bucket, u64>>>,
+    /// Told each time a bucket is taken: its projects are written at once.
+    taken: watch::Receiver<bool>,
+}
+
+impl Ownership {
+    /// May this replica write `project`'s records and delete its copies now?
+    pub fn holds(&self, project: &str) -> bool {
+        self.holds_bucket(shard::bucket(project))
+    }
+
+    pub fn holds_bucket(&self, bucket: Bucket) -> bool {
+        let Some(tenure) = self.member.tenure() else { return false };
+        self.held.lock().get(&bucket) == Some(&tenure)
+    }
+
+    /// The buckets held now.
+    pub fn held(&self) -> BTreeSet<Bucket> {
+        let Some(tenure) = self.member.tenure() else { return BTreeSet::new() };
+        self.held.lock().iter().filter(|(_, t)| **t == tenure).map(|(b, _)| *b).collect()
+    }
+
+    /// Flips each time a bucket is taken.
+    pub fn taken(&self) -> watch::Receiver<bool> {
+        self.taken.clone()
+    }
+}
+
+/// Which of the buckets given are warm here: every project of theirs listed.
+pub type Warm = Arc<dyn Fn(&BTreeSet<Bucket>) -> BTreeSet<Bucket> + Send + Sync>;
+
+/// What [`share`] tells and asks the rest of the process.
+pub struct Links {
+    /// The member Lease's annotations ([`ShardConfig::member_lease`]).
+    pub ready: watch::Sender<BTreeMap<String, String>>,
+    /// The buckets whose projects this replica should watch.
+    pub engage: watch::Sender<BTreeSet<Bucket>>,
+    pub warm: Warm,
+}
+
+/// Start sharing: the Lease watch and the loop that acts on it, until `shutdown`. `member` is the
+/// member Lease's election.
+pub fn share(
+    client: &kube::Client,
+    config: ShardConfig,
+    member: Leadership,
+    links: Links,
+    shutdown: &CancellationToken,
+) -> Ownership {
+    let api: Api<Lease> = Api::namespaced(client.clone(), &config.namespace);
+    let (store, writer) = reflector::store();
+    let watch = reflector::reflector(writer, watcher(api.clone(), watcher::Config::default()))
+        .default_backoff()
+        .applied_objects()
+        .for_each(|_| async {});
+    super::supervise::essential("shard Lease watch", shutdown, watch);
+    let (taken_tx, taken) = watch::channel(false);
+    let ownership = Ownership { member, held: Arc::default(), taken };
+    let sharer = Sharer {
+        api,
+        store,
+        config,
+        ownership: ownership.clone(),
+        ready: links.ready,
+        engage: links.engage,
+        taken: taken_tx,
+        warm: links.warm,
+        seen: HashMap::new(),
+        vacant: HashMap::new(),
+        written: HashMap::new(),
+    };
+    super::supervise::essential("sharing", shutdown, sharer.run(shutdown.clone()));
+    ownership
+}
+
+struct Sharer {
+    api: Api<Lease>,
+    store: Store<Lease>,
+    config: ShardConfig,
+    ownership: Ownership,
+    ready: watch::Sender<BTreeMap<String, String>>,
+    engage: watch::Sender<BTreeSet<Bucket>>,
+    taken: watch::Sender<bool>,
+    warm: Warm,
+    /// Each member's Lease resourceVersion as last seen, and when this replica first saw it so:
+    /// a member is gone once its Lease has not changed for its duration by *this* clock.
+    seen: HashMap<String, (String, Instant)>,
+    /// Since when, by this clock, each bucket has had nobody who may write.
+    vacant: HashMap<Bucket, Instant>,
+    /// Fences this replica wrote that the watch has not shown yet: the resourceVersion each
+    /// write was based on (none: created), and what was written. A fence is read from here
+    /// until the watch shows another version, so a write is never undone by a stale look.
+    written: HashMap<String, (Option<String>, Arc<Lease>)>,
+}
+
+impl Sharer {
+    async fn run(mut self, shutdown: CancellationToken) {
+        if self.store.wait_until_ready().await.is_err() {
+            return;
+        }
+        let mut live_since: Option<(u64, Instant)> = None;
+        loop {
+            // Settle first: members started at the same moment see each other before taking.
+            let tenure = self.ownership.member.tenure();
+            live_since = tenure.map(|t| live_since.filter(|(s, _)| *s == t).unwrap_or((t, super::clock::now())));
+            let settled =
+                live_since.is_some_and(|(_, at)| super::clock::since(at) >= self.config.duration / 4 + LOOK_EVERY);
+            self.look(settled).await;
+            tokio::select! {
+                () = shutdown.cancelled() => break,
+                () = tokio::time::sleep(LOOK_EVERY) => {}
+            }
+        }
+        self.ownership.held.lock().clear();
+    }
+
+    /// One look at the Leases, and what the plan says.
+    async fn look(&mut self, settled: bool) {
+        let now = super::clock::now();
+        let mut leases: BTreeMap<String, Arc<Lease>> =
+            self.store.state().into_iter().map(|l| (l.name_any(), l)).collect();
+        self.written.retain(|name, (based_on, lease)| {
+            let behind = leases.get(name).map(|l| l.resource_version()) == based_on.as_ref().map(|v| Some(v.clone()));
+            if behind {
+                leases.insert(name.clone(), Arc::clone(lease));
+            }
+            behind
+        });
+        let members = self.members(&leases, now);
+        let fences = self.fences(&leases, &members, now);
+        let held: BTreeSet<Bucket> = self.ownership.held();
+        let candidates: BTreeSet<Bucket> = (0..shard::BUCKETS).collect();
+        let warm = (self.warm)(&candidates);
+        let seen = Seen {
+            me: &self.config.identity,
+            live: self.ownership.member.is_leader() && settled,
+            leaving: false,
+            members: &members,
+            fences: &fences,
+            held: &held,
+            warm: &warm,
+            duration: self.config.duration,
+        };
+        let plan = shard::plan(&seen);
+        self.act(&plan, &leases).await;
+        let ready = plan.ready.iter().map(ToString::to_string).collect::<Vec<_>>().join(",");
+        self.ready.send_if_modified(|a| {
+            let changed = a.get(READY_ANNOTATION) != Some(&ready);
+            a.insert(READY_ANNOTATION.to_owned(), ready);
+            changed
+        });
+        self.engage.send_if_modified(|e| std::mem::replace(e, plan.engage.clone()) != plan.engage);
+    }
+
+    /// The other members, as this replica sees them.
+    fn members(&mut self, leases: &BTreeMap<String, Arc<Lease>>, now: Instant) -> Vec<Member> {
+        let prefix = format!("{}-member-", self.config.prefix);
+        let mut members = Vec::new();
+        for (name, lease) in leases {
+            let Some(identity) = name.strip_prefix(&prefix) else { continue };
+            if identity == self.config.identity {
+                continue;
+            }
+            let spec = lease.spec.clone().unwrap_or_default();
+            let version = lease.resource_version().unwrap_or_default();
+            let first_seen = match self.seen.get(identity) {
+                Some((seen, at)) if *seen == version => *at,
+                _ => {
+                    self.seen.insert(identity.to_owned(), (version, now));
+                    now
+                }
+            };
+            let unchanged = now.saturating_duration_since(first_seen);
+            let liveness =
+                if spec.holder_identity.as_deref().is_none_or(str::is_empty) || unchanged > self.config.duration {
+                    Liveness::Gone
+                } else if unchanged > self.config.duration / 2 {
+                    Liveness::Lapsing
+                } else {
+                    Liveness::Live
+                };
+            let ready = lease
+                .annotations()
+                .get(READY_ANNOTATION)
+                .map(|r| r.split(',').filter_map(|b| b.trim().parse().ok()).collect())
+                .unwrap_or_default();
+            members.push(Member { name: identity.to_owned(), liveness, ready, leaving: false });
+        }
+        members
+    }
+
+    /// Every bucket's fence. A holder with no member Lease at all is gone once this replica
+    /// has looked for a duration without seeing one.
+    fn fences(
+        &mut self,
+        leases: &BTreeMap<String, Arc<Lease>>,
+        members: &[Member],
+        now: Instant,
+    ) -> BTreeMap<Bucket, Fence> {
+        let mut fences = BTreeMap::new();
+        for b in 0..shard::BUCKETS {
+            let holder = leases
+                .get(&self.config.bucket_lease(b))
+                .and_then(|l| l.spec.as_ref()?.holder_identity.clone())
+                .filter(|h| !h.is_empty());
+            let may_write = match &holder {
+                None => false,
+                Some(h) if *h == self.config.identity => true,
+                Some(h) => match members.iter().find(|m| m.name == *h) {
+                    Some(m) => m.liveness != Liveness::Gone,
+                    None => {
+                        let (_, since) = self.seen.entry(h.clone()).or_insert_with(|| (String::new(), now));
+                        now.saturating_duration_since(*since) <= self.config.duration
+                    }
+                },
+            };
+            let vacant_for = if may_write {
+                self.vacant.remove(&b);
+                None
+            } else {
+                Some(now.saturating_duration_since(*self.vacant.entry(b).or_insert(now)))
+            };
+            fences.insert(b, Fence { holder, vacant_for });
+        }
+        fences
+    }
+
+    async fn act(&mut self, plan: &Plan, leases: &BTreeMap<String, Arc<Lease>>) {
+        for b in &plan.lost {
+            self.ownership.held.lock().remove(b);
+            tracing::warn!(bucket = b, "bucket lost: its fence names another replica");
+        }
+        for b in &plan.release {
+            // Stop writing first, then say so.
+            self.ownership.held.lock().remove(b);
+            let Some(lease) = leases.get(&self.config.bucket_lease(*b)) else { continue };
+            let mut lease = (**lease).clone();
+            let spec = lease.spec.get_or_insert_default();
+            spec.holder_identity = None;
+            match self.api.replace(&lease.name_any(), &PostParams::default(), &lease).await {
+                Ok(written) => {
+                    self.wrote(&lease, written);
+                    tracing::info!(bucket = b, "bucket handed over");
+                }
+                Err(error) => {
+                    tracing::warn!(bucket = b, %error, "releasing a bucket failed; it is taken once this replica is gone")
+                }
+            }
+        }
+        for b in &plan.take {
+            // The tenure the write is sent in: a lapse meanwhile leaves the bucket not held.
+            let Some(tenure) = self.ownership.member.tenure() else { return };
+            let name = self.config.bucket_lease(*b);
+            let at = MicroTime(jiff::Timestamp::now());
+            let based_on = leases.get(&name).map(|l| (**l).clone());
+            let result = match leases.get(&name) {
+                Some(lease) => {
+                    let mut lease = (**lease).clone();
+                    let previous = lease.spec.as_ref().and_then(|s| s.holder_identity.clone());
+                    let transitions = lease.spec.as_ref().and_then(|s| s.lease_transitions).unwrap_or(0);
+                    lease.spec = Some(self.fence_spec(at, transitions + 1));
+                    tracing::info!(bucket = b, ?previous, "taking a bucket");
+                    self.api.replace(&name, &PostParams::default(), &lease).await
+                }
+                None => {
+                    let lease = Lease {
+                        metadata: ObjectMeta { name: Some(name.clone()), ..ObjectMeta::default() },
+                        spec: Some(self.fence_spec(at, 0)),
+                    };
+                    self.api.create(&PostParams::default(), &lease).await
+                }
+            };
+            match result {
+                Ok(written) => {
+                    self.written.insert(name.clone(), (based_on.and_then(|l| l.resource_version()), Arc::new(written)));
+                    self.ownership.held.lock().insert(*b, tenure);
+                    self.taken.send_modify(|t| *t = !*t);
+                }
+                Err(kube::Error::Api(status)) if status.code == 409 => {
+                    tracing::debug!(bucket = b, "the fence changed meanwhile; not taken");
+                }
+                Err(error) => tracing::warn!(bucket = b, %error, "taking a bucket failed"),
+            }
+        }
+    }
+
+    fn wrote(&mut self, based_on: &Lease, written: Lease) {
+        self.written.insert(based_on.name_any(), (based_on.resource_version(), Arc::new(written)));
+    }
+
+    fn fence_spec(&self, at: MicroTime, transitions: i32) -> LeaseSpec {
+        LeaseSpec {
+            holder_identity: Some(self.config.identity.clone()),
+            lease_duration_seconds: Some(i32::try_from(self.config.duration.as_secs()).unwrap_or(i32::MAX)),
+            acquire_time: Some(at.clone()),
+            renew_time: Some(at),
+            lease_transitions: Some(transitions),
+            ..LeaseSpec::default()
+        }
+    }
+}

@@ -1,0 +1,207 @@
+//! edgegate-producer's replicas sharing the projects, as installed with components/producer,
+//! components/producer-milo and components/producer-sharded, against the Milo stand-in: each
+//! replica started from the render under its own Pod-bound ServiceAccount token, the only
+//! coordination the hub's Leases (docs/sharding.md).
+
+use std::collections::BTreeMap;
+
+use edgegate::core::shard::{self, BUCKETS, Bucket};
+use edgegate_system_tests::helpers::*;
+use edgegate_system_tests::milo::{Milo, world};
+use edgegate_system_tests::pod::{Render, Rewrite, RunningPod, run};
+use edgegate_system_tests::shipped;
+use edgegate_system_tests::soak::project::resource;
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::api::DynamicObject;
+
+const PROJECTS: usize = 12;
+
+async fn record(hub: &Client, hub_ns: &str) -> Option<Vec<String>> {
+    let api: Api<edgegate::EdgeReachability> = Api::namespaced(hub.clone(), hub_ns);
+    api.get_opt("default").await.expect("get record").map(|r| r.entries().to_vec())
+}
+
+/// Each bucket's fence holder, as the hub has it now.
+async fn fences(hub: &Client) -> BTreeMap<Bucket, Option<String>> {
+    let leases: Api<Lease> = Api::namespaced(hub.clone(), "edgegate-system");
+    let listed = leases.list(&Default::default()).await.expect("list leases");
+    let mut fences: BTreeMap<Bucket, Option<String>> = (0..BUCKETS).map(|b| (b, None)).collect();
+    for lease in listed {
+        let name = lease.metadata.name.unwrap_or_default();
+        let Some(b) = name.strip_prefix("edgegate-producer-bucket-").and_then(|b| b.parse().ok()) else { continue };
+        fences.insert(b, lease.spec.and_then(|s| s.holder_identity).filter(|h| !h.is_empty()));
+    }
+    fences
+}
+
+/// Every bucket held by the member rendezvous hashing ranks first among `pods`.
+fn as_ranked(fences: &BTreeMap<Bucket, Option<String>>, pods: &[&RunningPod]) -> bool {
+    let names: Vec<&str> = pods.iter().map(|p| p.name.as_str()).collect();
+    fences.iter().all(|(b, holder)| holder.as_deref() == shard::rank(*b, names.iter().copied()).first().copied())
+}
+
+fn held_by(fences: &BTreeMap<Bucket, Option<String>>, pod: &RunningPod) -> usize {
+    fences.values().filter(|h| h.as_deref() == Some(pod.name.as_str())).count()
+}
+
+async fn replica(hub_cp: &ControlPlane, render: &Render, i: usize) -> RunningPod {
+    run(hub_cp, render, "edgegate-producer", i, &[Rewrite::ListenAddress, Rewrite::MountPath]).await
+}
+
+/// Three replicas share 128 buckets as rendezvous hashing ranks them and write every record; a
+/// fourth takes about a quarter, every bucket that moves going to it and none between the
+/// others, each unheld only briefly; killed (SIGKILL), its buckets are taken back within the
+/// member Lease's duration and a look, and a project that moved is written by its new owner.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replicas_share_the_buckets_and_take_over_a_killed_one() {
+    let hub_cp = ControlPlane::own();
+    let backing_cp = ControlPlane::own();
+    let (hub, backing) = (hub_cp.client().await, backing_cp.client().await);
+    install_crd(&hub).await;
+    world::install_crds(&backing_cp);
+    let proxies: Api<DynamicObject> = Api::all_with(backing.clone(), &resource("HTTPProxy", "httpproxies"));
+    eventually(Duration::from_secs(30), "Milo's CRDs served", async || {
+        world::projects(&backing).list(&Default::default()).await.is_ok()
+            && proxies.list(&Default::default()).await.is_ok()
+    })
+    .await;
+    let milo = Milo::start(&backing_cp).await;
+    let render = shipped::install_with_milo_and(
+        "sharding",
+        &hub_cp,
+        &backing_cp,
+        &milo,
+        &["components/producer-sharded"],
+        &["--withdraw-after=2s", "--grace=2s"],
+    )
+    .await;
+    let mut namespaces = Vec::new();
+    for i in 0..PROJECTS {
+        let p = format!("p{i:02}");
+        world::project(&backing, &p, Some("True")).await;
+        let address = format!("fd20:0:{i:x}::1");
+        namespaces.push((
+            p.clone(),
+            world::project_namespace(&backing, &hub, &p, &format!("{p}-web"), Some(&address)).await,
+            address,
+        ));
+    }
+
+    let started = Instant::now();
+    let mut pods = Vec::new();
+    for i in 0..3 {
+        pods.push(replica(&hub_cp, &render, i).await);
+    }
+    let three: Vec<&RunningPod> = pods.iter().collect();
+    eventually(Duration::from_secs(90), "every bucket held as ranked over three replicas", async || {
+        as_ranked(&fences(&hub).await, &three)
+    })
+    .await;
+    let before = fences(&hub).await;
+    eprintln!(
+        "sharding: three replicas hold every bucket {:?} after the first started; each holds {:?} of {BUCKETS}",
+        started.elapsed(),
+        three.iter().map(|p| held_by(&before, p)).collect::<Vec<_>>()
+    );
+    eventually(Duration::from_secs(60), "every project's record written", async || {
+        for (_, ns, address) in &namespaces {
+            if record(&hub, ns).await != Some(vec![address.clone()]) {
+                return false;
+            }
+        }
+        true
+    })
+    .await;
+
+    // A fourth replica: watched every 200 ms, each bucket's holders in turn.
+    let joined = Instant::now();
+    pods.push(replica(&hub_cp, &render, 3).await);
+    let four: Vec<&RunningPod> = pods.iter().collect();
+    let newcomer = pods[3].name.clone();
+    let mut history: BTreeMap<Bucket, Vec<(Option<String>, Instant)>> =
+        before.iter().map(|(b, h)| (*b, vec![(h.clone(), joined)])).collect();
+    loop {
+        let now = fences(&hub).await;
+        for (b, holder) in &now {
+            let seen = history.get_mut(b).expect("every bucket");
+            if seen.last().is_some_and(|(h, _)| h != holder) {
+                seen.push((holder.clone(), Instant::now()));
+            }
+        }
+        if as_ranked(&now, &four) {
+            break;
+        }
+        assert!(
+            joined.elapsed() < Duration::from_secs(120),
+            "the fourth replica's buckets not handed over within 120 s: {now:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let settled = joined.elapsed();
+    let mut moved: u32 = 0;
+    let mut longest_unheld = Duration::ZERO;
+    for (b, seen) in &history {
+        let holders: Vec<Option<&str>> = seen.iter().map(|(h, _)| h.as_deref()).collect();
+        if holders.len() == 1 {
+            continue;
+        }
+        moved += 1;
+        let last = *holders.last().expect("a holder");
+        assert_eq!(last, Some(newcomer.as_str()), "bucket {b} moved between survivors: {holders:?}");
+        assert!(holders[1..].iter().all(|h| h.is_none() || *h == Some(newcomer.as_str())), "bucket {b}: {holders:?}");
+        for pair in seen.windows(2) {
+            if pair[0].0.is_none() {
+                longest_unheld = longest_unheld.max(pair[1].1 - pair[0].1);
+            }
+        }
+    }
+    let expected = (0..BUCKETS).filter(|b| {
+        let names: Vec<&str> = four.iter().map(|p| p.name.as_str()).collect();
+        shard::rank(*b, names).first() == Some(&newcomer.as_str())
+    });
+    eprintln!(
+        "sharding: 3 → 4 replicas: {moved} of {BUCKETS} buckets moved ({:.0} %), all to the new one, in {settled:?}; \
+         longest a moving bucket went unheld: {longest_unheld:?} (bound 5 s)",
+        f64::from(moved) * 100.0 / f64::from(BUCKETS)
+    );
+    assert_eq!(moved as usize, expected.count(), "the buckets rendezvous hashing gives the new replica, and no others");
+    assert!(longest_unheld <= Duration::from_secs(5), "a moving bucket unheld for {longest_unheld:?}");
+
+    // Killed: its buckets taken back once its member Lease has gone unrenewed for its duration.
+    let killed = pods.pop().expect("the fourth");
+    let held = held_by(&fences(&hub).await, &killed);
+    let pid = killed.pid();
+    let status = std::process::Command::new("kill").args(["-KILL", &pid.to_string()]).status().expect("kill");
+    assert!(status.success());
+    let kill = Instant::now();
+    let three: Vec<&RunningPod> = pods.iter().collect();
+    eventually(Duration::from_secs(90), "the killed replica's buckets taken over", async || {
+        as_ranked(&fences(&hub).await, &three)
+    })
+    .await;
+    let took = kill.elapsed();
+    eprintln!(
+        "sharding: SIGKILL of a replica holding {held} buckets → all taken over in {took:?} (bound 20 s + a look)"
+    );
+    assert!(took <= Duration::from_secs(22), "taken over in {took:?}");
+    drop(killed);
+
+    // A project whose bucket moved twice is written by its owner now.
+    let (p, _, _) = namespaces
+        .iter()
+        .find(|(p, _, _)| {
+            before.get(&shard::bucket(p)).is_some_and(|h| h.as_deref() != Some(newcomer.as_str()))
+                && history.get(&shard::bucket(p)).is_some_and(|h| h.len() > 1)
+        })
+        .or_else(|| namespaces.first())
+        .cloned()
+        .expect("a project");
+    let added = Instant::now();
+    let ns = world::project_namespace(&backing, &hub, &p, &format!("{p}-added"), Some("fd20:0:ad::1")).await;
+    eventually(Duration::from_secs(30), "the added namespace's record", async || {
+        record(&hub, &ns).await == Some(vec!["fd20:0:ad::1".to_owned()])
+    })
+    .await;
+    eprintln!("sharding: a namespace added to {p} after the moves written in {:?}", added.elapsed());
+    hub_cp.assert_nothing_refused();
+}
