@@ -363,8 +363,10 @@ impl ControlPlane {
         // their bodies (what was written, to replay who saw what when).
         let mut rules = String::new();
         if audited {
+            // The records' and Leases' writes with their answers too: the resourceVersion each
+            // write made orders it against the fences' (crate::fence_audit).
             rules.push_str(
-                "- level: Request\n  verbs: [create, update, patch, delete]\n  resources: [{group: networking.datumapis.com}]\n\
+                "- level: RequestResponse\n  verbs: [create, update, patch, delete]\n  resources: [{group: networking.datumapis.com}, {group: coordination.k8s.io, resources: [leases]}]\n\
                  - level: Metadata\n  verbs: [create, update, patch, delete, deletecollection]\n",
             );
         }

@@ -6,6 +6,7 @@
 use std::collections::BTreeMap;
 
 use edgegate::core::shard::{self, BUCKETS, Bucket};
+use edgegate_system_tests::fence_audit;
 use edgegate_system_tests::helpers::*;
 use edgegate_system_tests::milo::{Milo, world};
 use edgegate_system_tests::pod::{Render, Rewrite, RunningPod, run};
@@ -48,13 +49,14 @@ async fn replica(hub_cp: &ControlPlane, render: &Render, i: usize) -> RunningPod
     run(hub_cp, render, "edgegate-producer", i, &[Rewrite::ListenAddress, Rewrite::MountPath]).await
 }
 
-/// Three replicas share 128 buckets as rendezvous hashing ranks them and write every record; a
+/// Three replicas share the 256 buckets as rendezvous hashing ranks them and write every record; a
 /// fourth takes about a quarter, every bucket that moves going to it and none between the
 /// others, each unheld only briefly; killed (SIGKILL), its buckets are taken back within the
 /// member Lease's duration and a look, and a project that moved is written by its new owner.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn replicas_share_the_buckets_and_take_over_a_killed_one() {
-    let hub_cp = ControlPlane::own();
+    // Audited: the auditor orders every record write against the fences.
+    let hub_cp = ControlPlane::own_audited();
     let backing_cp = ControlPlane::own();
     let (hub, backing) = (hub_cp.client().await, backing_cp.client().await);
     install_crd(&hub).await;
@@ -204,4 +206,18 @@ async fn replicas_share_the_buckets_and_take_over_a_killed_one() {
     .await;
     eprintln!("sharding: a namespace added to {p} after the moves written in {:?}", added.elapsed());
     hub_cp.assert_nothing_refused();
+
+    let mut project_of: BTreeMap<String, String> =
+        namespaces.iter().map(|(p, ns, _)| (ns.clone(), p.clone())).collect();
+    project_of.insert(ns, p);
+    let log = std::fs::read_to_string(hub_cp.dir.join("audit.log")).expect("the hub's audit log");
+    let audit = fence_audit::audit(&log, &project_of);
+    eprintln!(
+        "sharding: auditor: {} record writes against {} fence changes, {} outside the writer's fence",
+        audit.writes,
+        audit.fence_changes,
+        audit.overlaps.len()
+    );
+    assert!(audit.writes >= PROJECTS + 1, "the auditor saw {} record writes", audit.writes);
+    assert!(audit.overlaps.is_empty(), "record writes outside their writer's fence: {:#?}", audit.overlaps);
 }

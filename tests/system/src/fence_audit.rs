@@ -1,0 +1,136 @@
+//! The auditor of shared producers: from a hub's audit log (an audited [`ControlPlane`]'s, its
+//! record and Lease writes logged with their answers), every record write a producer replica made,
+//! ordered against the bucket fences by the resourceVersion (the etcd revision) each write made:
+//! the write counts against the fence unless the fence, at that revision, named the writer.
+//!
+//! Writers are told apart by their Pod-bound ServiceAccount tokens: the API server puts the Pod's
+//! name in the user's extra `authentication.kubernetes.io/pod-name`.
+//!
+//! [`ControlPlane`]: crate::control_plane::ControlPlane
+
+use std::collections::BTreeMap;
+
+use edgegate::core::shard::{self, Bucket};
+use serde_json::Value;
+
+const FENCE_PREFIX: &str = "edgegate-producer-bucket-";
+
+/// A record write made while the fence of its project's bucket named someone else.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Overlap {
+    pub revision: u64,
+    pub writer: String,
+    pub namespace: String,
+    pub bucket: Bucket,
+    /// Whom the fence named at that revision (none: nobody held it).
+    pub holder: Option<String>,
+}
+
+/// What the auditor found.
+#[derive(Clone, Debug, Default)]
+pub struct Audit {
+    /// Record writes checked.
+    pub writes: usize,
+    /// Fence changes seen.
+    pub fence_changes: usize,
+    pub overlaps: Vec<Overlap>,
+}
+
+/// Audit the JSON lines of `log`; `project_of` names each hub namespace's project.
+pub fn audit(log: &str, project_of: &BTreeMap<String, String>) -> Audit {
+    let mut fences: BTreeMap<Bucket, Vec<(u64, Option<String>)>> = BTreeMap::new();
+    let mut writes = Vec::new();
+    for event in log.lines().filter_map(|l| serde_json::from_str::<Value>(l).ok()) {
+        let code = event["responseStatus"]["code"].as_u64().unwrap_or(0);
+        if event["stage"] != "ResponseComplete" || !(200..300).contains(&code) {
+            continue;
+        }
+        let verb = event["verb"].as_str().unwrap_or_default();
+        if !["create", "update", "patch"].contains(&verb) {
+            continue;
+        }
+        let Some(revision) =
+            event["responseObject"]["metadata"]["resourceVersion"].as_str().and_then(|r| r.parse().ok())
+        else {
+            continue;
+        };
+        let object = &event["objectRef"];
+        match object["resource"].as_str() {
+            Some("leases") => {
+                let name = object["name"].as_str().unwrap_or_default();
+                let Some(bucket) = name.strip_prefix(FENCE_PREFIX).and_then(|b| b.parse().ok()) else { continue };
+                let holder = event["responseObject"]["spec"]["holderIdentity"].as_str().map(str::to_owned);
+                fences.entry(bucket).or_default().push((revision, holder.filter(|h| !h.is_empty())));
+            }
+            Some("edgereachabilities") => {
+                let Some(writer) = event["user"]["extra"]["authentication.kubernetes.io/pod-name"][0].as_str() else {
+                    continue;
+                };
+                let namespace = object["namespace"].as_str().unwrap_or_default().to_owned();
+                writes.push((revision, writer.to_owned(), namespace));
+            }
+            _ => {}
+        }
+    }
+    fences.values_mut().for_each(|f| f.sort_unstable());
+    let mut audit = Audit { fence_changes: fences.values().map(Vec::len).sum(), ..Audit::default() };
+    for (revision, writer, namespace) in writes {
+        let Some(project) = project_of.get(&namespace) else { continue };
+        let bucket = shard::bucket(project);
+        let holder = fences
+            .get(&bucket)
+            .and_then(|f| f.iter().take_while(|(r, _)| *r < revision).last())
+            .and_then(|(_, h)| h.clone());
+        audit.writes += 1;
+        if holder.as_deref() != Some(writer.as_str()) {
+            audit.overlaps.push(Overlap { revision, writer, namespace, bucket, holder });
+        }
+    }
+    audit
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn fence(bucket: Bucket, revision: u64, holder: Option<&str>) -> String {
+        json!({"stage": "ResponseComplete", "verb": "update", "responseStatus": {"code": 200},
+            "objectRef": {"resource": "leases", "name": format!("{FENCE_PREFIX}{bucket}")},
+            "responseObject": {"metadata": {"resourceVersion": revision.to_string()}, "spec": {"holderIdentity": holder}}})
+        .to_string()
+    }
+
+    fn write(revision: u64, pod: &str, namespace: &str) -> String {
+        json!({"stage": "ResponseComplete", "verb": "patch", "responseStatus": {"code": 200},
+            "user": {"extra": {"authentication.kubernetes.io/pod-name": [pod]}},
+            "objectRef": {"resource": "edgereachabilities", "namespace": namespace},
+            "responseObject": {"metadata": {"resourceVersion": revision.to_string()}}})
+        .to_string()
+    }
+
+    /// The auditor can fail: a write after the fence moved on, or before it was taken, counts;
+    /// the writes inside the writer's window do not.
+    #[test]
+    fn writes_outside_the_writers_window_are_counted() {
+        let b = shard::bucket("alpha");
+        let projects = BTreeMap::from([("ns-a".to_owned(), "alpha".to_owned())]);
+        let log = [
+            write(5, "one", "ns-a"),       // before anyone held the fence
+            fence(b, 10, Some("one")),     // one takes it
+            write(11, "one", "ns-a"),      // inside
+            write(12, "two", "ns-a"),      // two writes while one holds it
+            fence(b, 20, None),            // one releases
+            write(21, "one", "ns-a"),      // one writes after letting go
+            fence(b, 22, Some("two")),     // two takes it
+            write(23, "two", "ns-a"),      // inside
+            fence(b + 1, 24, Some("one")), // another bucket's fence changes nothing here
+            write(25, "one", "ns-a"),
+        ]
+        .join("\n");
+        let audit = audit(&log, &projects);
+        assert_eq!(audit.writes, 6);
+        let counted: Vec<(u64, &str)> = audit.overlaps.iter().map(|o| (o.revision, o.writer.as_str())).collect();
+        assert_eq!(counted, [(5, "one"), (12, "two"), (21, "one"), (25, "one")]);
+    }
+}
