@@ -218,6 +218,6 @@ async fn replicas_share_the_buckets_and_take_over_a_killed_one() {
         audit.fence_changes,
         audit.overlaps.len()
     );
-    assert!(audit.writes >= PROJECTS + 1, "the auditor saw {} record writes", audit.writes);
+    assert!(audit.writes > PROJECTS, "the auditor saw {} record writes", audit.writes);
     assert!(audit.overlaps.is_empty(), "record writes outside their writer's fence: {:#?}", audit.overlaps);
 }
