@@ -33,6 +33,8 @@ pub struct Metrics {
     /// With --prune: hub namespaces whose due deletions wait, by why.
     held: Family<HeldLabels, Gauge>,
     mismatched: Gauge,
+    /// Sharing (`--shard`): buckets held here, and the longest any has had nobody who may write.
+    shards: Option<(Gauge, Gauge)>,
 }
 
 /// `{reason}` of [`crate::evidence::Held`].
@@ -96,6 +98,31 @@ impl Metrics {
             leader,
             held,
             mismatched,
+            shards: None,
+        }
+    }
+
+    /// Sharing: the buckets' series too.
+    pub fn sharded(mut self) -> Self {
+        let held = registered(
+            &mut self.registry,
+            "producer_buckets_held",
+            "Sharing: buckets this replica holds (over every replica they sum to 256 once settled)",
+        );
+        let vacancy = registered(
+            &mut self.registry,
+            "producer_bucket_vacancy_seconds",
+            "Sharing: how long the bucket vacant longest, as this replica sees it, has had no replica that may write for it (0: none is)",
+        );
+        self.shards = Some((held, vacancy));
+        self
+    }
+
+    /// Sharing: buckets held, and the longest vacancy.
+    pub fn set_shards(&self, held: usize, vacancy: Duration) {
+        if let Some((h, v)) = &self.shards {
+            h.set(i64::try_from(held).unwrap_or(i64::MAX));
+            v.set(i64::try_from(vacancy.as_secs()).unwrap_or(i64::MAX));
         }
     }
 

@@ -92,7 +92,8 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         }
         (None, None, None) => anyhow::bail!("give --project-kubeconfig, --projects-dir or --milo-kubeconfig"),
     }
-    let metrics = Arc::new(Metrics::new().with_hub_token(&args.hub));
+    let metrics = Metrics::new().with_hub_token(&args.hub);
+    let metrics = Arc::new(if owner.is_some() { metrics.sharded() } else { metrics });
     let recorder = controller.recorder("edgegate-producer");
     let unwritten = Arc::new(Mutex::new(edgegate::core::unwritten::Unwritten::new(args.withdraw_after)));
     let served =
@@ -155,6 +156,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         engaged: engaged.clone(),
         metrics,
         leader: controller.leader.clone(),
+        owner: producer.owner.clone(),
         pruner: pruner.as_ref().map(Parts::admin),
         evidence,
     };
@@ -550,6 +552,7 @@ struct Admin {
     engaged: Engaged,
     metrics: Arc<Metrics>,
     leader: Leadership,
+    owner: Option<edgegate::runtime::shard::Ownership>,
     /// With --prune: the pruner's readiness and metrics, and why its deletions wait.
     pruner: Option<edgegate_pruner::run::Admin>,
     evidence: Option<Arc<Evidence>>,
@@ -571,6 +574,9 @@ impl Probes for Admin {
         let states: Vec<(String, bool)> = projects.iter().map(|(n, p)| (n.clone(), p.synced())).collect();
         drop(projects);
         self.metrics.set_state(self.leader.is_leader(), &states);
+        if let Some(owner) = &self.owner {
+            self.metrics.set_shards(owner.held().len(), owner.longest_vacancy());
+        }
         if let Some(evidence) = &self.evidence {
             self.metrics.set_held(&evidence.held());
         }

@@ -70,6 +70,9 @@ pub struct Ownership {
     held: Arc<Mutex<BTreeMap<Bucket, u64>>>,
     /// Told each time a bucket is taken: its projects are written at once.
     taken: watch::Receiver<bool>,
+    /// Since when the bucket vacant longest (as this replica sees it) has had nobody who may
+    /// write; `None` when every bucket has someone.
+    vacant_since: Arc<Mutex<Option<Instant>>>,
 }
 
 impl Ownership {
@@ -87,6 +90,11 @@ impl Ownership {
     pub fn held(&self) -> BTreeSet<Bucket> {
         let Some(tenure) = self.member.tenure() else { return BTreeSet::new() };
         self.held.lock().iter().filter(|(_, t)| **t == tenure).map(|(b, _)| *b).collect()
+    }
+
+    /// How long the bucket vacant longest has had nobody who may write (zero: none is).
+    pub fn longest_vacancy(&self) -> Duration {
+        self.vacant_since.lock().map(super::clock::since).unwrap_or_default()
     }
 
     /// Flips each time a bucket is taken.
@@ -124,7 +132,7 @@ pub fn share(
         .for_each(|_| async {});
     super::supervise::essential("shard Lease watch", shutdown, watch);
     let (taken_tx, taken) = watch::channel(false);
-    let ownership = Ownership { member, held: Arc::default(), taken };
+    let ownership = Ownership { member, held: Arc::default(), taken, vacant_since: Arc::default() };
     let sharer = Sharer {
         api,
         store,
@@ -200,9 +208,12 @@ impl Sharer {
         let held: BTreeSet<Bucket> = self.ownership.held();
         let candidates: BTreeSet<Bucket> = (0..shard::BUCKETS).collect();
         let warm = (self.warm)(&candidates);
+        // While a replica not sharing holds the one Lease of the producer (a rollout from one
+        // writer to shared ones), it writes for every project: take nothing until it lets go.
+        let single = self.single_writer(&leases, now);
         let seen = Seen {
             me: &self.config.identity,
-            live: self.ownership.member.is_leader() && settled,
+            live: self.ownership.member.is_leader() && settled && !single,
             leaving: false,
             members: &members,
             fences: &fences,
@@ -211,6 +222,7 @@ impl Sharer {
             duration: self.config.duration,
         };
         let plan = shard::plan(&seen);
+        *self.ownership.vacant_since.lock() = self.vacant.values().min().copied();
         self.act(&plan, &leases).await;
         let ready = plan.ready.iter().map(ToString::to_string).collect::<Vec<_>>().join(",");
         self.ready.send_if_modified(|a| {
@@ -256,6 +268,31 @@ impl Sharer {
             members.push(Member { name: identity.to_owned(), liveness, ready, leaving: false });
         }
         members
+    }
+
+    /// Does a replica that does not share hold the producer's one Lease (`<prefix>`), renewed
+    /// within its duration by this clock?
+    fn single_writer(&mut self, leases: &BTreeMap<String, Arc<Lease>>, now: Instant) -> bool {
+        let Some(lease) = leases.get(&self.config.prefix) else { return false };
+        let spec = lease.spec.clone().unwrap_or_default();
+        if spec.holder_identity.as_deref().is_none_or(str::is_empty) {
+            return false;
+        }
+        let version = lease.resource_version().unwrap_or_default();
+        let key = format!("lease {}", self.config.prefix);
+        let first_seen = match self.seen.get(&key) {
+            Some((seen, at)) if *seen == version => *at,
+            _ => {
+                self.seen.insert(key, (version, now));
+                now
+            }
+        };
+        let duration = Duration::from_secs(u64::try_from(spec.lease_duration_seconds.unwrap_or(0)).unwrap_or(0));
+        let held = now.saturating_duration_since(first_seen) <= duration;
+        if held {
+            tracing::debug!(holder = ?spec.holder_identity, "a producer not sharing holds the producer's Lease; taking nothing");
+        }
+        held
     }
 
     /// Every bucket's fence. A holder with no member Lease at all is gone once this replica

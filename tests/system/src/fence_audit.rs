@@ -1,7 +1,10 @@
 //! The auditor of shared producers: from a hub's audit log (an audited [`ControlPlane`]'s, its
 //! record and Lease writes logged with their answers), every record write a producer replica made,
 //! ordered against the bucket fences by the resourceVersion (the etcd revision) each write made:
-//! the write counts against the fence unless the fence, at that revision, named the writer.
+//! the write counts against the fence unless, at that revision, the writer held its project's
+//! bucket and nobody else did. The producer's one Lease (`edgegate-producer`, held by a replica
+//! that does not share) counts as holding every bucket: a rollout from one writer to shared ones
+//! is audited too.
 //!
 //! Writers are told apart by their Pod-bound ServiceAccount tokens: the API server puts the Pod's
 //! name in the user's extra `authentication.kubernetes.io/pod-name`.
@@ -14,6 +17,7 @@ use edgegate::core::shard::{self, Bucket};
 use serde_json::Value;
 
 const FENCE_PREFIX: &str = "edgegate-producer-bucket-";
+const SINGLE_LEASE: &str = "edgegate-producer";
 
 /// A record write made while the fence of its project's bucket named someone else.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -24,6 +28,8 @@ pub struct Overlap {
     pub bucket: Bucket,
     /// Whom the fence named at that revision (none: nobody held it).
     pub holder: Option<String>,
+    /// Whom the producer's one Lease named then.
+    pub single: Option<String>,
 }
 
 /// What the auditor found.
@@ -39,6 +45,7 @@ pub struct Audit {
 /// Audit the JSON lines of `log`; `project_of` names each hub namespace's project.
 pub fn audit(log: &str, project_of: &BTreeMap<String, String>) -> Audit {
     let mut fences: BTreeMap<Bucket, Vec<(u64, Option<String>)>> = BTreeMap::new();
+    let mut single: Vec<(u64, Option<String>)> = Vec::new();
     let mut writes = Vec::new();
     for event in log.lines().filter_map(|l| serde_json::from_str::<Value>(l).ok()) {
         let code = event["responseStatus"]["code"].as_u64().unwrap_or(0);
@@ -58,9 +65,13 @@ pub fn audit(log: &str, project_of: &BTreeMap<String, String>) -> Audit {
         match object["resource"].as_str() {
             Some("leases") => {
                 let name = object["name"].as_str().unwrap_or_default();
-                let Some(bucket) = name.strip_prefix(FENCE_PREFIX).and_then(|b| b.parse().ok()) else { continue };
                 let holder = event["responseObject"]["spec"]["holderIdentity"].as_str().map(str::to_owned);
-                fences.entry(bucket).or_default().push((revision, holder.filter(|h| !h.is_empty())));
+                let holder = holder.filter(|h| !h.is_empty());
+                if name == SINGLE_LEASE {
+                    single.push((revision, holder));
+                } else if let Some(bucket) = name.strip_prefix(FENCE_PREFIX).and_then(|b| b.parse().ok()) {
+                    fences.entry(bucket).or_default().push((revision, holder));
+                }
             }
             Some("edgereachabilities") => {
                 let Some(writer) = event["user"]["extra"]["authentication.kubernetes.io/pod-name"][0].as_str() else {
@@ -73,20 +84,27 @@ pub fn audit(log: &str, project_of: &BTreeMap<String, String>) -> Audit {
         }
     }
     fences.values_mut().for_each(|f| f.sort_unstable());
+    single.sort_unstable();
     let mut audit = Audit { fence_changes: fences.values().map(Vec::len).sum(), ..Audit::default() };
     for (revision, writer, namespace) in writes {
         let Some(project) = project_of.get(&namespace) else { continue };
         let bucket = shard::bucket(project);
-        let holder = fences
-            .get(&bucket)
-            .and_then(|f| f.iter().take_while(|(r, _)| *r < revision).last())
-            .and_then(|(_, h)| h.clone());
+        let holder = at(fences.get(&bucket).map_or(&[][..], Vec::as_slice), revision);
+        let single = at(&single, revision);
         audit.writes += 1;
-        if holder.as_deref() != Some(writer.as_str()) {
-            audit.overlaps.push(Overlap { revision, writer, namespace, bucket, holder });
+        let holders = [&holder, &single];
+        let own = holders.iter().any(|h| h.as_deref() == Some(writer.as_str()));
+        let other = holders.iter().any(|h| h.as_deref().is_some_and(|h| h != writer));
+        if !own || other {
+            audit.overlaps.push(Overlap { revision, writer, namespace, bucket, holder, single });
         }
     }
     audit
+}
+
+/// Whom a Lease (its changes, in revision order) named just before `revision`.
+fn at(changes: &[(u64, Option<String>)], revision: u64) -> Option<String> {
+    changes.iter().take_while(|(r, _)| *r < revision).last().and_then(|(_, h)| h.clone())
 }
 
 #[cfg(test)]
@@ -95,8 +113,12 @@ mod tests {
     use serde_json::json;
 
     fn fence(bucket: Bucket, revision: u64, holder: Option<&str>) -> String {
+        lease(&format!("{FENCE_PREFIX}{bucket}"), revision, holder)
+    }
+
+    fn lease(name: &str, revision: u64, holder: Option<&str>) -> String {
         json!({"stage": "ResponseComplete", "verb": "update", "responseStatus": {"code": 200},
-            "objectRef": {"resource": "leases", "name": format!("{FENCE_PREFIX}{bucket}")},
+            "objectRef": {"resource": "leases", "name": name},
             "responseObject": {"metadata": {"resourceVersion": revision.to_string()}, "spec": {"holderIdentity": holder}}})
         .to_string()
     }
@@ -126,11 +148,21 @@ mod tests {
             write(23, "two", "ns-a"),      // inside
             fence(b + 1, 24, Some("one")), // another bucket's fence changes nothing here
             write(25, "one", "ns-a"),
+            lease(SINGLE_LEASE, 30, Some("solo")), // a replica not sharing leads
+            write(31, "solo", "ns-a"),             // while two holds the bucket
+            write(32, "two", "ns-a"),              // while solo leads
+            fence(b, 33, None),                    // two lets go
+            write(34, "solo", "ns-a"),             // inside
+            lease(SINGLE_LEASE, 35, None),         // solo lets go
+            write(36, "solo", "ns-a"),
         ]
         .join("\n");
         let audit = audit(&log, &projects);
-        assert_eq!(audit.writes, 6);
+        assert_eq!(audit.writes, 10);
         let counted: Vec<(u64, &str)> = audit.overlaps.iter().map(|o| (o.revision, o.writer.as_str())).collect();
-        assert_eq!(counted, [(5, "one"), (12, "two"), (21, "one"), (25, "one")]);
+        assert_eq!(
+            counted,
+            [(5, "one"), (12, "two"), (21, "one"), (25, "one"), (31, "solo"), (32, "two"), (36, "solo")]
+        );
     }
 }

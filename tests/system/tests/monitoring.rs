@@ -176,11 +176,28 @@ async fn every_metric_the_alerts_and_dashboard_use_is_exported() {
     edgegate_system_tests::shipped::apply_objects(&cp, vec![secret]);
     let host = Render::of(&kustomization_with("monitoring-karmada-host", &["overlays/karmada-hub/host"], &[], ""));
     let karmada_pruner = run(&cp, &host, "edgegate-pruner", 0, &both).await;
+    // The producer sharing its projects (components/producer-sharded): the buckets' series the
+    // ownership alert reads. Its render differs from the one applied only in the Deployment.
+    let sharded = Render::of(&kustomization_with(
+        "monitoring-sharded",
+        &["base"],
+        &[
+            "components/dev-certs",
+            "components/producer",
+            "components/producer-sharded",
+            "components/enforce",
+            "components/images",
+        ],
+        "",
+    ));
+    sharded.apply(&cp, |o| o["kind"] == "Deployment" && o["metadata"]["name"] == "edgegate-producer");
+    let sharing = run(&cp, &sharded, "edgegate-producer", 1, &both).await;
     let mut scrapes = String::new();
     for (what, pod) in [
         ("webhook", &webhook),
         ("pruner", &pruner),
         ("producer", &producer),
+        ("sharing producer", &sharing),
         ("Karmada host's pruner", &karmada_pruner),
     ] {
         let url = format!("http://127.0.0.1:{}/metrics", pod.port("admin"));

@@ -49,7 +49,8 @@ async fn replica(hub_cp: &ControlPlane, render: &Render, i: usize) -> RunningPod
     run(hub_cp, render, "edgegate-producer", i, &[Rewrite::ListenAddress, Rewrite::MountPath]).await
 }
 
-/// Three replicas share the 256 buckets as rendezvous hashing ranks them and write every record; a
+/// A rollout from one writer: the shared replicas take nothing while it leads, and every bucket
+/// once it has stopped. Three replicas share the 256 buckets as rendezvous hashing ranks them; a
 /// fourth takes about a quarter, every bucket that moves going to it and none between the
 /// others, each unheld only briefly; killed (SIGKILL), its buckets are taken back within the
 /// member Lease's duration and a look, and a project that moved is written by its new owner.
@@ -68,15 +69,9 @@ async fn replicas_share_the_buckets_and_take_over_a_killed_one() {
     })
     .await;
     let milo = Milo::start(&backing_cp).await;
-    let render = shipped::install_with_milo_and(
-        "sharding",
-        &hub_cp,
-        &backing_cp,
-        &milo,
-        &["components/producer-sharded"],
-        &["--withdraw-after=2s", "--grace=2s"],
-    )
-    .await;
+    let flags = ["--withdraw-after=2s", "--grace=2s"];
+    // First installed without sharing: one replica writes for every project.
+    let single = shipped::install_with_milo("sharding-single", &hub_cp, &backing_cp, &milo, &flags).await;
     let mut namespaces = Vec::new();
     for i in 0..PROJECTS {
         let p = format!("p{i:02}");
@@ -89,11 +84,39 @@ async fn replicas_share_the_buckets_and_take_over_a_killed_one() {
         ));
     }
 
+    let solo = replica(&hub_cp, &single, 9).await;
+    let written = async || {
+        for (_, ns, address) in &namespaces {
+            if record(&hub, ns).await != Some(vec![address.clone()]) {
+                return false;
+            }
+        }
+        true
+    };
+    eventually(Duration::from_secs(60), "every project's record written by the one writer", written).await;
+
+    // The rollout to shared replicas: while the one writer holds the producer's Lease, they
+    // take no bucket; once it has stopped (and let the Lease go), they take them all.
+    let render = shipped::install_with_milo_and(
+        "sharding",
+        &hub_cp,
+        &backing_cp,
+        &milo,
+        &["components/producer-sharded"],
+        &flags,
+    )
+    .await;
     let started = Instant::now();
     let mut pods = Vec::new();
     for i in 0..3 {
         pods.push(replica(&hub_cp, &render, i).await);
     }
+    // Past the 5 s they settle before taking anything, and a few looks more.
+    tokio::time::sleep(Duration::from_secs(9)).await;
+    let taken = fences(&hub).await.values().filter(|h| h.is_some()).count();
+    assert_eq!(taken, 0, "shared replicas took {taken} buckets while the one writer led");
+    let handed = Instant::now();
+    drop(solo);
     let three: Vec<&RunningPod> = pods.iter().collect();
     eventually(Duration::from_secs(90), "every bucket held as ranked over three replicas", async || {
         as_ranked(&fences(&hub).await, &three)
@@ -101,19 +124,12 @@ async fn replicas_share_the_buckets_and_take_over_a_killed_one() {
     .await;
     let before = fences(&hub).await;
     eprintln!(
-        "sharding: three replicas hold every bucket {:?} after the first started; each holds {:?} of {BUCKETS}",
+        "sharding: the one writer stopped → three replicas hold every bucket {:?} later ({:?} after the first started); each holds {:?} of {BUCKETS}",
+        handed.elapsed(),
         started.elapsed(),
         three.iter().map(|p| held_by(&before, p)).collect::<Vec<_>>()
     );
-    eventually(Duration::from_secs(60), "every project's record written", async || {
-        for (_, ns, address) in &namespaces {
-            if record(&hub, ns).await != Some(vec![address.clone()]) {
-                return false;
-            }
-        }
-        true
-    })
-    .await;
+    eventually(Duration::from_secs(60), "every project's record as it was", written).await;
 
     // A fourth replica: watched every 200 ms, each bucket's holders in turn.
     let joined = Instant::now();
