@@ -70,6 +70,7 @@ impl SnapshotSink<Project> for MiloProjects {
         for project in &all {
             self.apply(project);
         }
+        self.engaged.discovered();
     }
 
     fn applied(&mut self, project: Project) {

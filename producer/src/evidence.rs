@@ -332,6 +332,10 @@ impl Gate for Evidence {
         current.map(|w| now.saturating_duration_since(w.since)).max().unwrap_or_default()
     }
 
+    fn still_ours(&self, deletion: &Deletion) -> bool {
+        self.owner.is_none() || self.owner(&deletion.namespace).is_some_and(|(project, _, _)| self.holds(&project))
+    }
+
     fn confirm(&self, deletion: &Deletion) -> futures::future::BoxFuture<'static, bool> {
         let now = clock::now();
         let owner = self.owner(&deletion.namespace).map(|(name, _, _)| name);

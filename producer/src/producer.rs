@@ -265,10 +265,10 @@ impl Producer {
             pacer.turn().await;
         }
         // Right before the write: leadership is a deadline that passes on its own.
-        if !self.may_write(project) {
+        let Some(applied) = self.apply_as_writer(project, &hub_ns, &addresses, self.force_ownership).await else {
             return Written::Skipped;
-        }
-        match self.apply(&hub_ns, &addresses, self.force_ownership).await {
+        };
+        match applied {
             Ok(()) => {
                 let before = before.map_or_else(|| "none".to_owned(), |b| b.to_string());
                 tracing::info!(
@@ -347,6 +347,25 @@ impl Producer {
         self.metrics.set_mismatched(mismatched.len());
     }
 
+    /// [`apply`](Self::apply), if this replica may write `project`'s records now (`None` if
+    /// not). Sharing, the bucket is not handed over while the write is under way, and the write
+    /// ends by the member Lease's deadline.
+    async fn apply_as_writer(
+        &self,
+        project: &str,
+        hub_ns: &str,
+        addresses: &[String],
+        force: bool,
+    ) -> Option<Result<(), kube::Error>> {
+        if !self.may_write(project) {
+            return None;
+        }
+        let Some(owner) = &self.owner else { return Some(self.apply(hub_ns, addresses, force).await) };
+        let (_writing, left) = owner.writing(project)?;
+        let ended = tokio::time::timeout(left, self.apply(hub_ns, addresses, force)).await;
+        Some(ended.unwrap_or_else(|_| Err(kube::Error::Service("the write outlasted this replica's lease".into()))))
+    }
+
     /// Server-side apply of the record's addresses.
     async fn apply(&self, hub_ns: &str, addresses: &[String], force: bool) -> Result<(), kube::Error> {
         let record = json!({
@@ -376,10 +395,10 @@ impl Producer {
             // What the answer serves comes first; the rest would not fit.
             union = addresses.to_vec();
         }
-        if !self.may_write(project) {
+        let Some(applied) = self.apply_as_writer(project, hub_ns, &union, true).await else {
             return Restore::Failed;
-        }
-        if let Err(error) = self.apply(hub_ns, &union, true).await {
+        };
+        if let Err(error) = applied {
             tracing::warn!(hub_namespace = hub_ns, %error, "putting served addresses back failed; the next recompute retries");
             return Restore::Failed;
         }

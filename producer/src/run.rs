@@ -29,7 +29,7 @@ use kube::runtime::watcher;
 use kube::{Api, Client};
 use parking_lot::Mutex;
 use serde::de::DeserializeOwned;
-use tokio::sync::mpsc;
+use tokio::sync::{Notify, mpsc};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
@@ -73,6 +73,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         (Some(file), _, _) => {
             let name = args.project_name.clone().unwrap_or_else(|| stem(file));
             engaged.engage(&name, edgegate::runtime::client::project_client(file).await?);
+            engaged.discovered();
         }
         (None, Some(dir), _) => {
             let engaged = engaged.clone();
@@ -252,11 +253,15 @@ pub struct Engaged {
     shard: Option<Arc<Offered>>,
 }
 
-/// Every project discovered, with its client, and the buckets whose projects this replica
-/// watches ([`edgegate::runtime::shard::Ownership::engage`]).
+/// Every project discovered, with its client (and which offer of it), and the buckets whose
+/// projects this replica watches.
 struct Offered {
-    clients: Mutex<BTreeMap<String, Client>>,
+    clients: Mutex<BTreeMap<String, (Client, u64)>>,
     buckets: tokio::sync::watch::Receiver<BTreeSet<Bucket>>,
+    /// Told when `clients` changes.
+    nudge: Notify,
+    /// Discovery has listed every project once.
+    discovered: std::sync::atomic::AtomicBool,
 }
 
 impl Engaged {
@@ -273,40 +278,67 @@ impl Engaged {
     }
 
     /// Watch only the projects of `buckets`, as they change: a project offered is started once
-    /// its bucket is told, and stopped (its memory returned) once it is no longer.
+    /// its bucket is told, and stopped (its memory returned) once it is no longer. One task
+    /// starts and stops them all, so an offer and a withdrawal never race a change of buckets.
     pub fn sharing(mut self, buckets: tokio::sync::watch::Receiver<BTreeSet<Bucket>>) -> Self {
-        let offered = Arc::new(Offered { clients: Mutex::default(), buckets });
+        let offered = Arc::new(Offered {
+            clients: Mutex::default(),
+            buckets,
+            nudge: Notify::new(),
+            discovered: Default::default(),
+        });
         self.shard = Some(Arc::clone(&offered));
         let engaged = self.clone();
         let mut told = offered.buckets.clone();
         essential("shard engagements", &self.shutdown, async move {
+            // Each project watched, with the offer it was started from.
+            let mut running: HashMap<String, u64> = HashMap::new();
             loop {
+                let nudged = offered.nudge.notified();
                 let buckets = told.borrow_and_update().clone();
-                let offered = offered.clients.lock().clone();
-                for (name, client) in offered {
-                    let wanted = buckets.contains(&shard::bucket(&name));
-                    if wanted && !engaged.is_watched(&name) {
-                        engaged.start(&name, client);
-                    } else if !wanted && engaged.is_watched(&name) {
-                        engaged.stop(&name);
+                let now = offered.clients.lock().clone();
+                for (name, offer) in &now {
+                    let wanted = buckets.contains(&shard::bucket(name));
+                    if wanted && running.get(name) != Some(&offer.1) {
+                        engaged.start(name, offer.0.clone());
+                        running.insert(name.clone(), offer.1);
+                    } else if !wanted && running.remove(name).is_some() {
+                        engaged.stop(name);
                     }
                 }
-                if told.changed().await.is_err() {
-                    return;
+                for name in running.keys().filter(|n| !now.contains_key(*n)).cloned().collect::<Vec<_>>() {
+                    running.remove(&name);
+                    engaged.stop(&name);
+                }
+                tokio::select! {
+                    changed = told.changed() => if changed.is_err() { return },
+                    () = nudged => {}
                 }
             }
         });
         self
     }
 
+    /// Discovery has listed every project once: until then no bucket is warm (one whose
+    /// projects are not known yet would look so).
+    pub fn discovered(&self) {
+        if let Some(offered) = &self.shard {
+            offered.discovered.store(true, std::sync::atomic::Ordering::Release);
+        }
+    }
+
     /// Of `buckets`, those whose every offered project is watched and listed.
     pub fn warm(&self, buckets: &BTreeSet<Bucket>) -> BTreeSet<Bucket> {
+        let Some(offered) = &self.shard else { return buckets.clone() };
+        if !offered.discovered.load(std::sync::atomic::Ordering::Acquire) {
+            return BTreeSet::new();
+        }
         let mut warm = buckets.clone();
-        let Some(offered) = &self.shard else { return warm };
+        let names: Vec<String> = offered.clients.lock().keys().cloned().collect();
         let projects = self.projects.read();
-        for name in offered.clients.lock().keys() {
-            if !projects.get(name).is_some_and(|p| p.synced()) {
-                warm.remove(&shard::bucket(name));
+        for name in names {
+            if !projects.get(&name).is_some_and(|p| p.synced()) {
+                warm.remove(&shard::bucket(&name));
             }
         }
         warm
@@ -314,21 +346,27 @@ impl Engaged {
 
     /// A project discovered: watched now, or (sharing) once its bucket is this replica's.
     pub fn engage(&self, name: &str, client: Client) {
-        if let Some(offered) = &self.shard {
-            offered.clients.lock().insert(name.to_owned(), client.clone());
-            if !offered.buckets.borrow().contains(&shard::bucket(name)) {
-                return;
+        match &self.shard {
+            Some(offered) => {
+                let mut clients = offered.clients.lock();
+                let generation = clients.get(name).map_or(0, |(_, g)| g + 1);
+                clients.insert(name.to_owned(), (client, generation));
+                drop(clients);
+                offered.nudge.notify_one();
             }
+            None => self.start(name, client),
         }
-        self.start(name, client);
     }
 
     /// A project gone: its watches stopped; its records stay as they are.
     pub fn disengage(&self, name: &str) {
-        if let Some(offered) = &self.shard {
-            offered.clients.lock().remove(name);
+        match &self.shard {
+            Some(offered) => {
+                offered.clients.lock().remove(name);
+                offered.nudge.notify_one();
+            }
+            None => self.stop(name),
         }
-        self.stop(name);
     }
 
     /// The projects engaged: discovered (sharing), or watched.
@@ -530,6 +568,7 @@ async fn follow_projects_dir(dir: &Path, engaged: &Engaged) {
                 seen.remove(&name);
             }
         }
+        engaged.discovered();
         tokio::select! {
             _ = changes.changed.recv() => {}
             () = tokio::time::sleep(std::time::Duration::from_secs(if watching { 30 } else { 1 })) => {}

@@ -29,4 +29,10 @@ pub trait Gate: Send + Sync {
     fn confirm(&self, _deletion: &Deletion) -> futures::future::BoxFuture<'static, bool> {
         Box::pin(std::future::ready(true))
     }
+
+    /// Right before the DELETE, after every wait: is the copy still this replica's to delete?
+    /// (Producers sharing projects: its project's bucket may have moved meanwhile.)
+    fn still_ours(&self, _deletion: &Deletion) -> bool {
+        true
+    }
 }

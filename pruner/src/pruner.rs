@@ -261,8 +261,9 @@ impl Pruner {
             Ok(false) => return Outcome::Skipped,
             Err(()) => return Outcome::Error,
         }
-        // Leadership again: the read may have taken a while.
-        if !self.may_delete() {
+        // Leadership again, and the gate's word that the copy is still this replica's to delete
+        // (a shared producer's bucket may have moved): the read may have taken a while.
+        if !self.may_delete() || self.gate.as_ref().is_some_and(|g| !g.still_ours(&now)) {
             return Outcome::Skipped;
         }
         let (ns, name, addresses) = (&now.namespace, &now.name, &now.addresses);

@@ -56,9 +56,10 @@ fn mix(mut z: u64) -> u64 {
 /// What this replica makes of another member's Lease.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Liveness {
-    /// Renewed within its duration, by this replica's clock.
+    /// Seen renewed, within half its duration, by this replica's clock.
     Live,
-    /// Not renewed for a while, but not for longer than its duration: it may still write.
+    /// Not renewed for a while, but not for longer than its duration (or not seen renewed yet):
+    /// it may still write. It keeps its rank; its word that it is ready is not taken.
     Lapsing,
     /// Released, or unrenewed for longer than its duration: its own deadline has passed, so it
     /// writes no more until it renews and takes its buckets again.
@@ -136,9 +137,9 @@ pub fn plan(seen: &Seen<'_>) -> Plan {
         }
         let held = seen.held.contains(&b) && mine;
         if !seen.live {
-            // Nothing can be written now; what is held stays watched, to be written at once
-            // after a renewal (and a take, which a fence changed meanwhile refuses).
-            if held {
+            // Nothing can be written now; what its fences name stays watched, to be written at
+            // once after a renewal (and a take, which a fence changed meanwhile refuses).
+            if mine {
                 plan.engage.insert(b);
             }
             continue;
@@ -148,7 +149,8 @@ pub fn plan(seen: &Seen<'_>) -> Plan {
         if held {
             plan.engage.insert(b);
             let to = owner.filter(|o| *o != seen.me);
-            if to.is_some_and(|o| seen.members.iter().any(|m| m.name == o && m.ready.contains(&b))) {
+            let ready = |m: &Member| m.liveness == Liveness::Live && m.ready.contains(&b);
+            if to.is_some_and(|o| seen.members.iter().any(|m| m.name == o && ready(m))) {
                 plan.release.insert(b);
             }
             continue;
@@ -182,10 +184,11 @@ pub fn plan(seen: &Seen<'_>) -> Plan {
     plan
 }
 
-/// The members that may own `bucket`, in rendezvous order: the live ones not leaving.
+/// The members that may own `bucket`, in rendezvous order: those not gone (a lapsing one keeps
+/// its place: one slow renewal must not move its buckets away and back) nor leaving.
 fn owners<'a>(seen: &Seen<'a>, bucket: Bucket) -> Vec<&'a str> {
     let me = (seen.live && !seen.leaving).then_some(seen.me);
-    let others = seen.members.iter().filter(|m| m.liveness == Liveness::Live && !m.leaving).map(|m| m.name.as_str());
+    let others = seen.members.iter().filter(|m| m.liveness != Liveness::Gone && !m.leaving).map(|m| m.name.as_str());
     rank(bucket, me.into_iter().chain(others))
 }
 
@@ -325,13 +328,31 @@ mod tests {
 
     #[test]
     fn without_its_own_lease_a_replica_takes_nothing_and_keeps_what_it_holds_watched() {
-        let fences = BTreeMap::new();
-        let held = BTreeSet::from([3]);
+        let fences = BTreeMap::from([(3, held_by("a"))]);
+        let held = BTreeSet::from([3, 4]);
         let mut s = seen("a", &[], &fences, &held, &held);
         s.live = false;
         let p = plan(&s);
         assert!(p.take.is_empty() && p.release.is_empty() && p.ready.is_empty());
-        assert_eq!(p.lost, held, "the fence does not name it");
+        assert_eq!(p.engage, BTreeSet::from([3]), "what its fences name stays watched");
+        assert_eq!(p.lost, BTreeSet::from([4]), "the fence does not name it");
+    }
+
+    /// One slow renewal moves nothing: a lapsing member keeps its rank, and its word that it is
+    /// ready is not taken.
+    #[test]
+    fn a_lapsing_member_keeps_its_buckets_and_its_readiness_is_not_taken() {
+        let b = (0..BUCKETS).find(|b| owner_of(*b, &["a", "c"]) == "c").expect("a bucket c owns");
+        let mut c = member("c");
+        c.liveness = Liveness::Lapsing;
+        c.ready.insert(b);
+        let vacant = BTreeMap::from([(b, Fence { holder: None, vacant_for: Some(Duration::ZERO) })]);
+        let none = BTreeSet::new();
+        let p = plan(&seen("a", std::slice::from_ref(&c), &vacant, &none, &none));
+        assert!(!p.take.contains(&b) && !p.engage.contains(&b), "c still ranks first: {p:?}");
+        let fences = BTreeMap::from([(b, held_by("a"))]);
+        let held = BTreeSet::from([b]);
+        assert!(plan(&seen("a", &[c], &fences, &held, &none)).release.is_empty(), "not handed to a lapsing member");
     }
 
     #[test]

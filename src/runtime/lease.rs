@@ -62,11 +62,14 @@ pub struct Leadership {
 }
 
 /// The deadline, and which unbroken run of renewals it belongs to.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Debug, Default)]
 struct Tenure {
     deadline: Option<Instant>,
     /// Counts the times leading began: what was taken in an earlier tenure is not held now.
     epoch: u64,
+    /// The resourceVersion the last successful write of the Lease made, and when it was sent: a
+    /// view of the namespace's Leases that shows it is at least that fresh.
+    renewed: Option<(String, Instant)>,
 }
 
 impl Leadership {
@@ -89,8 +92,24 @@ impl Leadership {
     /// While leading, which tenure: it changes each time leading begins again, so whatever was
     /// taken before a lapse (a paused process, a cut from the hub) is known not to hold now.
     pub fn tenure(&self) -> Option<u64> {
-        let tenure = *self.tenure.lock();
-        self.is_leader().then_some(tenure.epoch)
+        let tenure = self.tenure.lock();
+        let leading = self.always || tenure.deadline.is_some_and(|d| super::clock::now() < d);
+        leading.then_some(tenure.epoch)
+    }
+
+    /// How long until the deadline, while leading (a replica that always leads: an hour).
+    pub fn time_left(&self) -> Option<Duration> {
+        if self.always {
+            return Some(Duration::from_secs(3600));
+        }
+        let deadline = self.deadline()?;
+        let now = super::clock::now();
+        (now < deadline).then(|| deadline - now)
+    }
+
+    /// The resourceVersion of the last successful write of the Lease, and when it was sent.
+    pub fn renewed(&self) -> Option<(String, Instant)> {
+        self.tenure.lock().renewed.clone()
     }
 
     fn deadline(&self) -> Option<Instant> {
@@ -243,8 +262,9 @@ impl Elector {
     /// margin; a conflict means another replica wrote first, so this one follows.
     fn write(&mut self, sent: Instant, result: Result<Lease, kube::Error>) -> Result<(), kube::Error> {
         match result {
-            Ok(_) => {
+            Ok(lease) => {
                 self.grant.until(Some(sent + self.config.duration - self.config.margin()));
+                self.grant.leadership.tenure.lock().renewed = lease.metadata.resource_version.map(|v| (v, sent));
                 self.observed = None;
                 Ok(())
             }

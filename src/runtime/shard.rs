@@ -47,7 +47,7 @@ impl ShardConfig {
     /// The member Lease's election: renewed four times a duration, ready buckets annotated.
     pub fn member_lease(&self, annotations: watch::Receiver<BTreeMap<String, String>>) -> LeaseConfig {
         LeaseConfig {
-            name: format!("{}-member-{}", self.prefix, self.identity),
+            name: self.member_lease_name(),
             namespace: self.namespace.clone(),
             identity: self.identity.clone(),
             duration: self.duration,
@@ -55,6 +55,10 @@ impl ShardConfig {
             renewals: 4,
             annotations: Some(annotations),
         }
+    }
+
+    fn member_lease_name(&self) -> String {
+        format!("{}-member-{}", self.prefix, self.identity)
     }
 
     fn bucket_lease(&self, b: Bucket) -> String {
@@ -68,6 +72,8 @@ pub struct Ownership {
     member: Leadership,
     /// Each bucket held, with the tenure of the member Lease it was taken in.
     held: Arc<Mutex<BTreeMap<Bucket, u64>>>,
+    /// Record writes under way, by bucket: a bucket is handed over only once its are done.
+    writing: Arc<Mutex<BTreeMap<Bucket, usize>>>,
     /// Told each time a bucket is taken: its projects are written at once.
     taken: watch::Receiver<bool>,
     /// Since when the bucket vacant longest (as this replica sees it) has had nobody who may
@@ -86,6 +92,27 @@ impl Ownership {
         self.held.lock().get(&bucket) == Some(&tenure)
     }
 
+    /// Leave to write `project`'s records now, if its bucket is held: kept until the guard is
+    /// dropped, the bucket is not handed over meanwhile. Its deadline: how long the write may
+    /// take (the member Lease's deadline; what is sent after it is refused by the next holder's
+    /// fence only where the API allows).
+    pub fn writing(&self, project: &str) -> Option<(Writing, Duration)> {
+        let bucket = shard::bucket(project);
+        let left = self.member.time_left()?;
+        let held = self.held.lock();
+        if held.get(&bucket) != self.member.tenure().as_ref() {
+            return None;
+        }
+        *self.writing.lock().entry(bucket).or_default() += 1;
+        drop(held);
+        Some((Writing { bucket, writing: Arc::clone(&self.writing) }, left))
+    }
+
+    /// Whether no record write of `bucket` is under way.
+    fn idle(&self, bucket: Bucket) -> bool {
+        self.writing.lock().get(&bucket).is_none_or(|n| *n == 0)
+    }
+
     /// The buckets held now.
     pub fn held(&self) -> BTreeSet<Bucket> {
         let Some(tenure) = self.member.tenure() else { return BTreeSet::new() };
@@ -100,6 +127,21 @@ impl Ownership {
     /// Flips each time a bucket is taken.
     pub fn taken(&self) -> watch::Receiver<bool> {
         self.taken.clone()
+    }
+}
+
+/// A record write under way ([`Ownership::writing`]).
+#[derive(Debug)]
+pub struct Writing {
+    bucket: Bucket,
+    writing: Arc<Mutex<BTreeMap<Bucket, usize>>>,
+}
+
+impl Drop for Writing {
+    fn drop(&mut self) {
+        if let Some(n) = self.writing.lock().get_mut(&self.bucket) {
+            *n = n.saturating_sub(1);
+        }
     }
 }
 
@@ -132,7 +174,8 @@ pub fn share(
         .for_each(|_| async {});
     super::supervise::essential("shard Lease watch", shutdown, watch);
     let (taken_tx, taken) = watch::channel(false);
-    let ownership = Ownership { member, held: Arc::default(), taken, vacant_since: Arc::default() };
+    let ownership =
+        Ownership { member, held: Arc::default(), writing: Arc::default(), taken, vacant_since: Arc::default() };
     let sharer = Sharer {
         api,
         store,
@@ -159,9 +202,10 @@ struct Sharer {
     engage: watch::Sender<BTreeSet<Bucket>>,
     taken: watch::Sender<bool>,
     warm: Warm,
-    /// Each member's Lease resourceVersion as last seen, and when this replica first saw it so:
-    /// a member is gone once its Lease has not changed for its duration by *this* clock.
-    seen: HashMap<String, (String, Instant)>,
+    /// Each member's Lease resourceVersion as last seen (empty: no Lease), when this replica
+    /// first saw it so, and whether it has seen it change: a member is gone once its Lease has
+    /// not changed for its duration by *this* clock, and live only once seen renewed.
+    seen: HashMap<String, (String, Instant, bool)>,
     /// Since when, by this clock, each bucket has had nobody who may write.
     vacant: HashMap<Bucket, Instant>,
     /// Fences this replica wrote that the watch has not shown yet: the resourceVersion each
@@ -205,7 +249,18 @@ impl Sharer {
         });
         let members = self.members(&leases, now);
         let fences = self.fences(&leases, &members, now);
+        // Fences taken in an earlier tenure are held no more (each is written again first).
+        if let Some(tenure) = self.ownership.member.tenure() {
+            self.ownership.held.lock().retain(|_, t| *t == tenure);
+        }
         let held: BTreeSet<Bucket> = self.ownership.held();
+        // A view older than this replica's last renewal could show a live member as gone (its
+        // renewals not seen yet): nothing is taken until the view shows that renewal, sent
+        // within half a duration, so every member's Lease seen is at most that old.
+        let own = leases.get(&self.config.member_lease_name()).and_then(|l| l.resource_version());
+        let fresh = self.ownership.member.renewed().is_some_and(|(version, sent)| {
+            own.as_ref() == Some(&version) && super::clock::since(sent) <= self.config.duration / 2
+        });
         let candidates: BTreeSet<Bucket> = (0..shard::BUCKETS).collect();
         let warm = (self.warm)(&candidates);
         // While a replica not sharing holds the one Lease of the producer (a rollout from one
@@ -213,7 +268,7 @@ impl Sharer {
         let single = self.single_writer(&leases, now);
         let seen = Seen {
             me: &self.config.identity,
-            live: self.ownership.member.is_leader() && settled && !single,
+            live: self.ownership.member.is_leader() && settled && !single && fresh,
             leaving: false,
             members: &members,
             fences: &fences,
@@ -244,22 +299,26 @@ impl Sharer {
             }
             let spec = lease.spec.clone().unwrap_or_default();
             let version = lease.resource_version().unwrap_or_default();
-            let first_seen = match self.seen.get(identity) {
-                Some((seen, at)) if *seen == version => *at,
-                _ => {
-                    self.seen.insert(identity.to_owned(), (version, now));
-                    now
+            let (first_seen, renewed) = match self.seen.get(identity) {
+                Some((seen, at, renewed)) if *seen == version => (*at, *renewed),
+                previous => {
+                    // Seen renewed: a version after one this replica saw of its Lease.
+                    let renewed = previous.is_some_and(|(seen, _, _)| !seen.is_empty());
+                    self.seen.insert(identity.to_owned(), (version, now, renewed));
+                    (now, renewed)
                 }
             };
             let unchanged = now.saturating_duration_since(first_seen);
-            let liveness =
-                if spec.holder_identity.as_deref().is_none_or(str::is_empty) || unchanged > self.config.duration {
-                    Liveness::Gone
-                } else if unchanged > self.config.duration / 2 {
-                    Liveness::Lapsing
-                } else {
-                    Liveness::Live
-                };
+            let released = spec.holder_identity.as_deref().is_none_or(str::is_empty);
+            let liveness = if released || unchanged > self.config.duration {
+                Liveness::Gone
+            } else if unchanged > self.config.duration / 2 || !renewed {
+                // Not renewed lately, or not seen renewed yet (a Lease left by a replica long
+                // gone looks just like a live one at first sight).
+                Liveness::Lapsing
+            } else {
+                Liveness::Live
+            };
             let ready = lease
                 .annotations()
                 .get(READY_ANNOTATION)
@@ -281,9 +340,9 @@ impl Sharer {
         let version = lease.resource_version().unwrap_or_default();
         let key = format!("lease {}", self.config.prefix);
         let first_seen = match self.seen.get(&key) {
-            Some((seen, at)) if *seen == version => *at,
+            Some((seen, at, _)) if *seen == version => *at,
             _ => {
-                self.seen.insert(key, (version, now));
+                self.seen.insert(key, (version, now, true));
                 now
             }
         };
@@ -315,8 +374,13 @@ impl Sharer {
                 Some(h) => match members.iter().find(|m| m.name == *h) {
                     Some(m) => m.liveness != Liveness::Gone,
                     None => {
-                        let (_, since) = self.seen.entry(h.clone()).or_insert_with(|| (String::new(), now));
-                        now.saturating_duration_since(*since) <= self.config.duration
+                        // No member Lease: gone once none has been seen for a duration (counted
+                        // from when it went, if it was seen before).
+                        let seen = self.seen.entry(h.clone()).or_insert_with(|| (String::new(), now, false));
+                        if !seen.0.is_empty() {
+                            *seen = (String::new(), now, false);
+                        }
+                        now.saturating_duration_since(seen.1) <= self.config.duration
                     }
                 },
             };
@@ -337,8 +401,16 @@ impl Sharer {
             tracing::warn!(bucket = b, "bucket lost: its fence names another replica");
         }
         for b in &plan.release {
-            // Stop writing first, then say so.
+            // Stop writing first (no write starts, those under way end), then say so.
             self.ownership.held.lock().remove(b);
+            let stopping = super::clock::now();
+            while !self.ownership.idle(*b) {
+                if super::clock::since(stopping) > self.config.duration {
+                    tracing::warn!(bucket = b, "a record write still under way; the bucket is kept");
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
             let Some(lease) = leases.get(&self.config.bucket_lease(*b)) else { continue };
             let mut lease = (**lease).clone();
             let spec = lease.spec.get_or_insert_default();
