@@ -16,6 +16,61 @@ use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::DynamicObject;
 
 const PROJECTS: usize = 12;
+const FLAGS: [&str; 2] = ["--withdraw-after=2s", "--grace=2s"];
+
+/// A hub (audited: the auditor orders every record write against the fences) and the Milo
+/// stand-in with [`PROJECTS`] Ready projects, one namespace each serving one address.
+struct Fleet {
+    hub_cp: ControlPlane,
+    backing_cp: ControlPlane,
+    hub: Client,
+    backing: Client,
+    milo: Milo,
+    /// Each project, its hub namespace and its address.
+    namespaces: Vec<(String, String, String)>,
+}
+
+async fn fleet() -> Fleet {
+    let hub_cp = ControlPlane::own_audited();
+    let backing_cp = ControlPlane::own();
+    let (hub, backing) = (hub_cp.client().await, backing_cp.client().await);
+    install_crd(&hub).await;
+    world::install_crds(&backing_cp);
+    let proxies: Api<DynamicObject> = Api::all_with(backing.clone(), &resource("HTTPProxy", "httpproxies"));
+    eventually(Duration::from_secs(30), "Milo's CRDs served", async || {
+        world::projects(&backing).list(&Default::default()).await.is_ok()
+            && proxies.list(&Default::default()).await.is_ok()
+    })
+    .await;
+    let milo = Milo::start(&backing_cp).await;
+    let mut namespaces = Vec::new();
+    for i in 0..PROJECTS {
+        let p = format!("p{i:02}");
+        world::project(&backing, &p, Some("True")).await;
+        let address = format!("fd20:0:{i:x}::1");
+        let ns = world::project_namespace(&backing, &hub, &p, &format!("{p}-web"), Some(&address)).await;
+        namespaces.push((p, ns, address));
+    }
+    Fleet { hub_cp, backing_cp, hub, backing, milo, namespaces }
+}
+
+/// The auditor over the hub's audit log: at least `writes` record writes, none outside its
+/// writer's fence. `added`: hub namespaces made since, with their projects.
+fn audited(hub_cp: &ControlPlane, namespaces: &[(String, String, String)], added: &[(String, String)], writes: usize) {
+    let mut project_of: BTreeMap<String, String> =
+        namespaces.iter().map(|(p, ns, _)| (ns.clone(), p.clone())).collect();
+    project_of.extend(added.iter().cloned());
+    let log = std::fs::read_to_string(hub_cp.dir.join("audit.log")).expect("the hub's audit log");
+    let audit = fence_audit::audit(&log, &project_of);
+    eprintln!(
+        "sharding: auditor: {} record writes against {} fence changes, {} outside the writer's fence",
+        audit.writes,
+        audit.fence_changes,
+        audit.overlaps.len()
+    );
+    assert!(audit.writes >= writes, "the auditor saw {} record writes", audit.writes);
+    assert!(audit.overlaps.is_empty(), "record writes outside their writer's fence: {:#?}", audit.overlaps);
+}
 
 async fn record(hub: &Client, hub_ns: &str) -> Option<Vec<String>> {
     let api: Api<edgegate::EdgeReachability> = Api::namespaced(hub.clone(), hub_ns);
@@ -56,33 +111,9 @@ async fn replica(hub_cp: &ControlPlane, render: &Render, i: usize) -> RunningPod
 /// member Lease's duration and a look, and a project that moved is written by its new owner.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn replicas_share_the_buckets_and_take_over_a_killed_one() {
-    // Audited: the auditor orders every record write against the fences.
-    let hub_cp = ControlPlane::own_audited();
-    let backing_cp = ControlPlane::own();
-    let (hub, backing) = (hub_cp.client().await, backing_cp.client().await);
-    install_crd(&hub).await;
-    world::install_crds(&backing_cp);
-    let proxies: Api<DynamicObject> = Api::all_with(backing.clone(), &resource("HTTPProxy", "httpproxies"));
-    eventually(Duration::from_secs(30), "Milo's CRDs served", async || {
-        world::projects(&backing).list(&Default::default()).await.is_ok()
-            && proxies.list(&Default::default()).await.is_ok()
-    })
-    .await;
-    let milo = Milo::start(&backing_cp).await;
-    let flags = ["--withdraw-after=2s", "--grace=2s"];
+    let Fleet { hub_cp, backing_cp, hub, backing, milo, namespaces } = fleet().await;
     // First installed without sharing: one replica writes for every project.
-    let single = shipped::install_with_milo("sharding-single", &hub_cp, &backing_cp, &milo, &flags).await;
-    let mut namespaces = Vec::new();
-    for i in 0..PROJECTS {
-        let p = format!("p{i:02}");
-        world::project(&backing, &p, Some("True")).await;
-        let address = format!("fd20:0:{i:x}::1");
-        namespaces.push((
-            p.clone(),
-            world::project_namespace(&backing, &hub, &p, &format!("{p}-web"), Some(&address)).await,
-            address,
-        ));
-    }
+    let single = shipped::install_with_milo("sharding-single", &hub_cp, &backing_cp, &milo, &FLAGS).await;
 
     let solo = replica(&hub_cp, &single, 9).await;
     let written = async || {
@@ -103,7 +134,7 @@ async fn replicas_share_the_buckets_and_take_over_a_killed_one() {
         &backing_cp,
         &milo,
         &["components/producer-sharded"],
-        &flags,
+        &FLAGS,
     )
     .await;
     let started = Instant::now();
@@ -223,17 +254,78 @@ async fn replicas_share_the_buckets_and_take_over_a_killed_one() {
     eprintln!("sharding: a namespace added to {p} after the moves written in {:?}", added.elapsed());
     hub_cp.assert_nothing_refused();
 
-    let mut project_of: BTreeMap<String, String> =
-        namespaces.iter().map(|(p, ns, _)| (ns.clone(), p.clone())).collect();
-    project_of.insert(ns, p);
-    let log = std::fs::read_to_string(hub_cp.dir.join("audit.log")).expect("the hub's audit log");
-    let audit = fence_audit::audit(&log, &project_of);
+    audited(&hub_cp, &namespaces, &[(ns, p)], PROJECTS + 1);
+}
+
+/// A replica paused (SIGSTOP) for 40 s: the others take its buckets once its member Lease has
+/// gone unrenewed for its duration, and write what changed meanwhile; woken (SIGCONT), it writes
+/// nothing before it has renewed and taken its fences again (the auditor: no record write
+/// outside its writer's fence), and gets its buckets back as ranked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_replica_writes_nothing_before_it_takes_its_fences_again() {
+    let Fleet { hub_cp, backing_cp, hub, backing, milo, namespaces } = fleet().await;
+    let render = shipped::install_with_milo_and(
+        "sharding-pause",
+        &hub_cp,
+        &backing_cp,
+        &milo,
+        &["components/producer-sharded"],
+        &FLAGS,
+    )
+    .await;
+    let mut pods = Vec::new();
+    for i in 0..3 {
+        pods.push(replica(&hub_cp, &render, i).await);
+    }
+    let three: Vec<&RunningPod> = pods.iter().collect();
+    eventually(Duration::from_secs(90), "every bucket held as ranked over three replicas", async || {
+        as_ranked(&fences(&hub).await, &three)
+    })
+    .await;
+    // A project of the replica to be paused, whose change comes while it sleeps.
+    let paused = &pods[0];
+    let fenced = fences(&hub).await;
+    let (p, _, _) = namespaces
+        .iter()
+        .find(|(p, _, _)| fenced.get(&shard::bucket(p)).is_some_and(|h| h.as_deref() == Some(paused.name.as_str())))
+        .cloned()
+        .expect("a project of the first replica (12 projects, three replicas)");
+    let signal = |sig: &str| {
+        let status = std::process::Command::new("kill").args([sig, &paused.pid().to_string()]).status().expect("kill");
+        assert!(status.success(), "kill {sig}");
+    };
+    signal("-STOP");
+    let stopped = Instant::now();
+    let others: Vec<&RunningPod> = pods[1..].iter().collect();
+    eventually(Duration::from_secs(60), "the paused replica's buckets taken over", async || {
+        as_ranked(&fences(&hub).await, &others)
+    })
+    .await;
+    let took = stopped.elapsed();
+    eprintln!("sharding: SIGSTOP: the paused replica's buckets taken over in {took:?} (bound 20 s + a look)");
+    assert!(took <= Duration::from_secs(22), "taken over in {took:?}");
+    let ns = world::project_namespace(&backing, &hub, &p, &format!("{p}-paused"), Some("fd20:0:5::1")).await;
+    eventually(Duration::from_secs(30), "the change made during the pause written", async || {
+        record(&hub, &ns).await == Some(vec!["fd20:0:5::1".to_owned()])
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(40).saturating_sub(stopped.elapsed())).await;
+    signal("-CONT");
+    let woke = Instant::now();
+    eventually(Duration::from_secs(90), "its buckets back as ranked over three replicas", async || {
+        as_ranked(&fences(&hub).await, &three)
+    })
+    .await;
     eprintln!(
-        "sharding: auditor: {} record writes against {} fence changes, {} outside the writer's fence",
-        audit.writes,
-        audit.fence_changes,
-        audit.overlaps.len()
+        "sharding: SIGCONT after {:?}: its buckets back in {:?}",
+        stopped.elapsed() - woke.elapsed(),
+        woke.elapsed()
     );
-    assert!(audit.writes > PROJECTS, "the auditor saw {} record writes", audit.writes);
-    assert!(audit.overlaps.is_empty(), "record writes outside their writer's fence: {:#?}", audit.overlaps);
+    let again = world::project_namespace(&backing, &hub, &p, &format!("{p}-woken"), Some("fd20:0:6::1")).await;
+    eventually(Duration::from_secs(30), "a change after it woke written", async || {
+        record(&hub, &again).await == Some(vec!["fd20:0:6::1".to_owned()])
+    })
+    .await;
+    hub_cp.assert_nothing_refused();
+    audited(&hub_cp, &namespaces, &[(ns, p.clone()), (again, p)], PROJECTS + 2);
 }
