@@ -71,6 +71,21 @@ impl Drop for Milo {
 }
 
 impl Milo {
+    /// The stand-in as the suites use it: edgegate's CRD on `hub`, the project kinds' and Milo's
+    /// `Project` CRDs on `backing_cp` (served before it returns), and Milo in front of it.
+    pub async fn serving(hub: &kube::Client, backing_cp: &ControlPlane, backing: &kube::Client) -> Milo {
+        crate::helpers::install_crd(hub).await;
+        world::install_crds(backing_cp);
+        let proxies: kube::Api<kube::api::DynamicObject> =
+            kube::Api::all_with(backing.clone(), &crate::soak::project::resource("HTTPProxy", "httpproxies"));
+        crate::helpers::eventually(std::time::Duration::from_secs(30), "Milo's CRDs served", async || {
+            world::projects(backing).list(&Default::default()).await.is_ok()
+                && proxies.list(&Default::default()).await.is_ok()
+        })
+        .await;
+        Milo::start(backing_cp).await
+    }
+
     /// In front of `cp`'s API server, with its serving certificate.
     pub async fn start(cp: &ControlPlane) -> Milo {
         use rustls::pki_types::pem::PemObject;

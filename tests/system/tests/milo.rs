@@ -134,15 +134,7 @@ async fn quick(name: &str) -> Quick {
     let hub_cp = ControlPlane::own();
     let backing_cp = ControlPlane::own();
     let (hub, backing) = (hub_cp.client().await, backing_cp.client().await);
-    install_crd(&hub).await;
-    world::install_crds(&backing_cp);
-    let proxies: Api<DynamicObject> = Api::all_with(backing.clone(), &resource("HTTPProxy", "httpproxies"));
-    eventually(Duration::from_secs(30), "Milo's CRDs served", async || {
-        world::projects(&backing).list(&Default::default()).await.is_ok()
-            && proxies.list(&Default::default()).await.is_ok()
-    })
-    .await;
-    let milo = Milo::start(&backing_cp).await;
+    let milo = Milo::serving(&hub, &backing_cp, &backing).await;
     let flags = [format!("--withdraw-after={}s", withdraw_after.as_secs()), format!("--grace={}s", grace.as_secs())];
     let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
     let render = shipped::install_with_milo(name, &hub_cp, &backing_cp, &milo, &flags).await;

@@ -11,9 +11,7 @@ use edgegate_system_tests::helpers::*;
 use edgegate_system_tests::milo::{Milo, world};
 use edgegate_system_tests::pod::{Render, Rewrite, RunningPod, run};
 use edgegate_system_tests::shipped;
-use edgegate_system_tests::soak::project::resource;
 use k8s_openapi::api::coordination::v1::Lease;
-use kube::api::DynamicObject;
 
 const PROJECTS: usize = 12;
 const FLAGS: [&str; 2] = ["--withdraw-after=2s", "--grace=2s"];
@@ -34,15 +32,7 @@ async fn fleet() -> Fleet {
     let hub_cp = ControlPlane::own_audited();
     let backing_cp = ControlPlane::own();
     let (hub, backing) = (hub_cp.client().await, backing_cp.client().await);
-    install_crd(&hub).await;
-    world::install_crds(&backing_cp);
-    let proxies: Api<DynamicObject> = Api::all_with(backing.clone(), &resource("HTTPProxy", "httpproxies"));
-    eventually(Duration::from_secs(30), "Milo's CRDs served", async || {
-        world::projects(&backing).list(&Default::default()).await.is_ok()
-            && proxies.list(&Default::default()).await.is_ok()
-    })
-    .await;
-    let milo = Milo::start(&backing_cp).await;
+    let milo = Milo::serving(&hub, &backing_cp, &backing).await;
     let mut namespaces = Vec::new();
     for i in 0..PROJECTS {
         let p = format!("p{i:02}");
@@ -52,6 +42,11 @@ async fn fleet() -> Fleet {
         namespaces.push((p, ns, address));
     }
     Fleet { hub_cp, backing_cp, hub, backing, milo, namespaces }
+}
+
+/// deploy/ with components/producer-sharded, the test's shorter timings.
+async fn sharded(name: &str, hub_cp: &ControlPlane, backing_cp: &ControlPlane, milo: &Milo) -> Render {
+    shipped::install_with_milo_and(name, hub_cp, backing_cp, milo, &["components/producer-sharded"], &FLAGS).await
 }
 
 /// The auditor over the hub's audit log: at least `writes` record writes, none outside its
@@ -128,15 +123,7 @@ async fn replicas_share_the_buckets_and_take_over_a_killed_one() {
 
     // The rollout to shared replicas: while the one writer holds the producer's Lease, they
     // take no bucket; once it has stopped (and let the Lease go), they take them all.
-    let render = shipped::install_with_milo_and(
-        "sharding",
-        &hub_cp,
-        &backing_cp,
-        &milo,
-        &["components/producer-sharded"],
-        &FLAGS,
-    )
-    .await;
+    let render = sharded("sharding", &hub_cp, &backing_cp, &milo).await;
     let started = Instant::now();
     let mut pods = Vec::new();
     for i in 0..3 {
@@ -264,15 +251,7 @@ async fn replicas_share_the_buckets_and_take_over_a_killed_one() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_paused_replica_writes_nothing_before_it_takes_its_fences_again() {
     let Fleet { hub_cp, backing_cp, hub, backing, milo, namespaces } = fleet().await;
-    let render = shipped::install_with_milo_and(
-        "sharding-pause",
-        &hub_cp,
-        &backing_cp,
-        &milo,
-        &["components/producer-sharded"],
-        &FLAGS,
-    )
-    .await;
+    let render = sharded("sharding-pause", &hub_cp, &backing_cp, &milo).await;
     let mut pods = Vec::new();
     for i in 0..3 {
         pods.push(replica(&hub_cp, &render, i).await);
