@@ -9,18 +9,23 @@
 #
 #   scripts/fleet.sh [--projects N] [--fault-secs S] [--fault silent|500]
 #                                          (defaults 1,000; 600; silent)
+#   scripts/fleet.sh --sharded [--projects N]
+#       three replicas sharing the projects (components/producer-sharded): each one's share, RSS
+#       and sockets, and a replica killed: its projects taken over and whole again
 #
 # Release binaries; loopback only; every wait is bounded.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+test=fleet
 while [ $# -gt 0 ]; do
   case "$1" in
     --projects) export FLEET_PROJECTS="$2"; shift 2 ;;
     --fault-secs) export FLEET_FAULT_SECS="$2"; shift 2 ;;
     --fault) export FLEET_FAULT="$2"; shift 2 ;;
-    *) echo "usage: $0 [--projects N] [--fault-secs S] [--fault silent|500]" >&2; exit 2 ;;
+    --sharded) test=sharded_fleet; shift ;;
+    *) echo "usage: $0 [--sharded] [--projects N] [--fault-secs S] [--fault silent|500]" >&2; exit 2 ;;
   esac
 done
 cargo build --release --locked --workspace --bins --quiet
-cargo test --release --locked -p edgegate-system-tests --test fleet fleet -- --ignored --exact --nocapture 2>&1 |
+cargo test --release --locked -p edgegate-system-tests --test fleet "$test" -- --ignored --exact --nocapture 2>&1 |
   awk '/^fleet:|test result/ { print } /panicked/ { print; getline; print }'

@@ -29,6 +29,14 @@ use mock::{Log, Seen, assert_within, initial_events, json_response, list, status
 /// the objects `lists` has for its path (500 where it says `None`, and no answer at all for a path
 /// it does not name), other watches are held open, a PATCH is echoed and an event POST accepted.
 fn serve(lists: Vec<(&'static str, Option<Vec<Value>>)>) -> (Client, Log) {
+    serve_with(lists, |seen| json_response(200, &seen.body))
+}
+
+/// [`serve`], a PATCH answered by `patched`.
+fn serve_with(
+    lists: Vec<(&'static str, Option<Vec<Value>>)>,
+    patched: impl Fn(&Seen) -> http::Response<kube::client::Body> + Send + 'static,
+) -> (Client, Log) {
     let mut held = Vec::new();
     mock::serve(move |seen, send| match seen.method.as_str() {
         "GET" if seen.is_watch() && !seen.is_streaming_list() => held.push(send),
@@ -38,7 +46,7 @@ fn serve(lists: Vec<(&'static str, Option<Vec<Value>>)>) -> (Client, Log) {
             Some((_, None)) => send.send_response(status(500)),
             None => held.push(send), // never answered: the list is still running
         },
-        "PATCH" => send.send_response(json_response(200, &seen.body)),
+        "PATCH" => send.send_response(patched(seen)),
         "POST" => send.send_response(json_response(201, &seen.body)),
         _ => send.send_response(status(404)),
     })
@@ -102,8 +110,13 @@ fn start(
     project_lists: Vec<(&'static str, Option<Vec<Value>>)>,
     hub_lists: Vec<(&'static str, Option<Vec<Value>>)>,
 ) -> Harness {
+    start_with(project_lists, serve(hub_lists))
+}
+
+/// [`start`] with the hub `hub`.
+fn start_with(project_lists: Vec<(&'static str, Option<Vec<Value>>)>, hub: (Client, Log)) -> Harness {
     let (project, project_log) = serve(project_lists);
-    let (hub, hub_log) = serve(hub_lists);
+    let (hub, hub_log) = hub;
     let (tx, triggers) = mpsc::unbounded_channel();
     let view = Arc::new(HubView::new("default"));
     let shutdown = CancellationToken::new();
@@ -128,6 +141,7 @@ fn start(
         recorder,
         mismatched: Mutex::default(),
         pacer: None,
+        unfenced: false,
     };
     Harness { producer, project_log, hub_log, _triggers: triggers }
 }
@@ -249,6 +263,40 @@ async fn nothing_is_written_where_the_record_or_a_project_object_cannot_be_decod
     until("the project and the hub listed", || project_synced(&h) && h.producer.view.synced()).await;
     assert_eq!(h.producer.pass(&[Trigger::Hub(Change::All)]).await, [Written::Skipped]);
     assert!(h.hub_log.lock().expect("log").iter().all(|s| s.method == "GET"), "no write");
+}
+
+/// A record write carries the resourceVersion of the record the answer was compared with: a
+/// record changed since (another writer; sharing, another replica that took the project over) is
+/// not overwritten. Refused so (409, "the object has been modified"), the write is skipped, not
+/// forced over the other writer as a field manager's conflict would be. Failed on the old code:
+/// the write carried no resourceVersion.
+#[tokio::test]
+async fn a_write_is_based_on_the_record_it_read_and_a_stale_one_is_not_forced() {
+    let record = json!({"apiVersion": "networking.datumapis.com/v1alpha", "kind": "EdgeReachability",
+        "metadata": {"name": "default", "namespace": "ns-u1", "resourceVersion": "3"},
+        "spec": {"addresses": ["fd20::1"]}});
+    let h = start(project(None, None), hub(vec![record.clone()]));
+    until("the project and the hub listed", || project_synced(&h) && h.producer.view.synced()).await;
+    assert_eq!(h.producer.pass(&[Trigger::Hub(Change::All)]).await, [Written::Applied]);
+    let patches: Vec<Seen> = h.hub_log.lock().expect("log").iter().filter(|s| s.method == "PATCH").cloned().collect();
+    assert_eq!(patches.len(), 1);
+    assert_eq!(patches[0].body["metadata"]["resourceVersion"], json!("3"), "{}", patches[0].body);
+
+    let stale = |_: &Seen| {
+        json_response(
+            409,
+            &json!({"kind": "Status", "apiVersion": "v1", "code": 409, "reason": "Conflict",
+            "message": "Operation cannot be fulfilled on edgereachabilities.networking.datumapis.com \"default\": the object has been modified; please apply your changes to the latest version and try again"}),
+        )
+    };
+    let h = start_with(project(None, None), serve_with(hub(vec![record]), stale));
+    until("the project and the hub listed", || project_synced(&h) && h.producer.view.synced()).await;
+    assert_eq!(h.producer.pass(&[Trigger::Hub(Change::All)]).await, [Written::Skipped]);
+    let log = h.hub_log.lock().expect("log").clone();
+    let patches: Vec<&Seen> = log.iter().filter(|s| s.method == "PATCH").collect();
+    assert_eq!(patches.len(), 1, "one write, not retried by force: {patches:?}");
+    assert!(!patches[0].uri.contains("force=true"));
+    assert!(h.producer.failing.lock().is_empty(), "not a failed write: the watch brings the namespace round again");
 }
 
 #[tokio::test]

@@ -99,6 +99,11 @@ pub struct Args {
     #[arg(long, env = "EDGEGATE_SHARD", conflicts_with = "no_leader_election")]
     pub shard: bool,
 
+    /// For the auditor's own test only (tests/system/tests/sharding.rs): sharing, write and
+    /// delete for every bucket ever taken, ignoring the deadline and the fences.
+    #[arg(long, hide = true, requires = "shard")]
+    pub test_only_break_the_fence: bool,
+
     /// Name of the coordination.k8s.io/v1 Lease that elects the one replica that writes.
     #[arg(long, env = "EDGEGATE_LEASE_NAME", default_value = "edgegate-producer")]
     pub lease_name: String,

@@ -39,6 +39,12 @@ enum Restore {
 /// How soon a namespace whose write failed is written again: 2 s after the first failure, twice
 /// as long after each next one, at most [`RETRY_AT_MOST`]; a hub that refuses one namespace's
 /// record for ever costs a write a minute, not a pass over everything every 2 s.
+/// Is a 409 the resourceVersion's (the record changed since it was read), not a field
+/// manager's conflict?
+fn stale(status: &kube::core::Status) -> bool {
+    status.message.contains("the object has been modified")
+}
+
 pub fn retry_after(failures: u32) -> Duration {
     let doubled = 2u64.saturating_pow(failures.saturating_sub(1).min(16));
     Duration::from_secs(2).saturating_mul(u32::try_from(doubled).unwrap_or(u32::MAX)).min(RETRY_AT_MOST)
@@ -163,6 +169,9 @@ pub struct Producer {
     pub mismatched: Mutex<std::collections::BTreeSet<String>>,
     /// Paces record writes, `--max-writes-per-second`.
     pub pacer: Option<edgegate::runtime::pace::Pacer>,
+    /// For the auditor's own test only (`--test-only-break-the-fence`): writes carry no
+    /// resourceVersion either.
+    pub unfenced: bool,
 }
 
 impl Producer {
@@ -269,7 +278,7 @@ impl Producer {
             return Written::Skipped;
         };
         match applied {
-            Ok(()) => {
+            Ok(version) => {
                 let before = before.map_or_else(|| "none".to_owned(), |b| b.to_string());
                 tracing::info!(
                     project,
@@ -280,9 +289,21 @@ impl Producer {
                     "record written"
                 );
                 self.metrics.addresses(addresses.len());
-                self.view.wrote(&hub_ns, addresses);
+                self.view.wrote(&hub_ns, addresses, version);
                 self.unwritten.lock().written(&hub_ns);
                 Written::Applied
+            }
+            Err(kube::Error::Api(status)) if status.code == 409 && stale(&status) => {
+                // The record changed since it was seen: its watch event brings the namespace
+                // round again, and what serves meanwhile is named by the write after it.
+                tracing::debug!(
+                    project,
+                    namespace,
+                    hub_namespace = hub_ns,
+                    "the record changed since it was read; not overwritten"
+                );
+                self.unwritten.lock().observe(&hub_ns, &addresses, clock::now());
+                Written::Skipped
             }
             Err(kube::Error::Api(status)) if status.code == 409 => {
                 let restored = match self.restore_served(project, &hub_ns, &addresses).await {
@@ -356,7 +377,7 @@ impl Producer {
         hub_ns: &str,
         addresses: &[String],
         force: bool,
-    ) -> Option<Result<(), kube::Error>> {
+    ) -> Option<Result<Option<String>, kube::Error>> {
         if !self.may_write(project) {
             return None;
         }
@@ -367,17 +388,27 @@ impl Producer {
     }
 
     /// Server-side apply of the record's addresses.
-    async fn apply(&self, hub_ns: &str, addresses: &[String], force: bool) -> Result<(), kube::Error> {
+    /// With the resourceVersion of the record the answer was compared with, where there is one:
+    /// a record changed since (another writer, another replica that took the project over) is
+    /// not overwritten, the write is refused (409) and made again once the watch shows the
+    /// change. Returns the resourceVersion the write made.
+    async fn apply(&self, hub_ns: &str, addresses: &[String], force: bool) -> Result<Option<String>, kube::Error> {
+        let mut metadata = json!({"name": self.view.record_name(), "namespace": hub_ns});
+        if let Some(version) = self.view.record_version(hub_ns).filter(|_| !self.unfenced) {
+            metadata["resourceVersion"] = json!(version);
+        }
         let record = json!({
             "apiVersion": "networking.datumapis.com/v1alpha",
             "kind": "EdgeReachability",
-            "metadata": {"name": self.view.record_name(), "namespace": hub_ns},
+            "metadata": metadata,
             "spec": {"addresses": addresses},
         });
         let mut params = PatchParams::apply(FIELD_MANAGER);
         params.force = force;
         let api: Api<edgegate::EdgeReachability> = Api::namespaced(self.hub.clone(), hub_ns);
-        api.patch(self.view.record_name(), &params, &Patch::Apply(&record)).await.map(|_| ())
+        api.patch(self.view.record_name(), &params, &Patch::Apply(&record))
+            .await
+            .map(|r| kube::ResourceExt::resource_version(&r))
     }
 
     /// After a conflict: if the record lacks addresses the answer serves (someone else removed
@@ -398,13 +429,16 @@ impl Producer {
         let Some(applied) = self.apply_as_writer(project, hub_ns, &union, true).await else {
             return Restore::Failed;
         };
-        if let Err(error) = applied {
-            tracing::warn!(hub_namespace = hub_ns, %error, "putting served addresses back failed; the next recompute retries");
-            return Restore::Failed;
-        }
+        let version = match applied {
+            Ok(version) => version,
+            Err(error) => {
+                tracing::warn!(hub_namespace = hub_ns, %error, "putting served addresses back failed; the next recompute retries");
+                return Restore::Failed;
+            }
+        };
         let written = union.len();
         self.metrics.addresses(written);
-        self.view.wrote(hub_ns, union);
+        self.view.wrote(hub_ns, union, version);
         Restore::Restored(written)
     }
 

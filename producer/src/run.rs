@@ -54,6 +54,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         identity: lease.identity.clone(),
         duration: lease.duration,
         prefix: args.lease_name.clone(),
+        unfenced: args.test_only_break_the_fence,
     });
     let election = sharing.as_ref().map_or_else(|| lease.clone(), |s| s.member_lease(annotations));
     let controller = Controller::start(&args.hub, &election).await?;
@@ -66,8 +67,11 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         let (engage, buckets) = tokio::sync::watch::channel(BTreeSet::new());
         engaged = engaged.clone().sharing(buckets);
         let warm = engaged.clone();
-        let links = Links { ready, engage, warm: Arc::new(move |b| warm.warm(b)) };
-        share(&hub, config, controller.leader.clone(), links, shutdown)
+        let (leave, leaving) = tokio::sync::watch::channel(false);
+        let links = Links { ready, engage, warm: Arc::new(move |b| warm.warm(b)), leaving };
+        let owner = share(&hub, config, controller.leader.clone(), links, shutdown);
+        controller.drain_with(Box::pin(hand_over(owner.clone(), leave)));
+        owner
     });
     match (&args.project_kubeconfig, &args.projects_dir, &args.milo_kubeconfig) {
         (Some(file), _, _) => {
@@ -147,6 +151,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         recorder,
         mismatched: Mutex::default(),
         pacer: Some(edgegate::runtime::pace::Pacer::per_second(args.max_writes_per_second)),
+        unfenced: args.test_only_break_the_fence,
     };
     let (pruner, evidence) = match pruning {
         Some((parts, evidence)) => (Some(parts), evidence),
@@ -175,6 +180,34 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     }
     controller.stopped().await;
     Ok(())
+}
+
+/// How long a stopping replica hands its buckets over before it stops anyway (the rest go over
+/// cold: their owners take them once its member Lease is released, and list them then). Within
+/// the Pod's `terminationGracePeriodSeconds` (30 s in components/producer-sharded).
+const HAND_OVER_WITHIN: std::time::Duration = std::time::Duration::from_secs(20);
+
+/// SIGTERM, sharing: say so on the member Lease, and keep writing until every bucket has been
+/// handed to its owner (each once that one has listed its projects), or [`HAND_OVER_WITHIN`].
+async fn hand_over(owner: edgegate::runtime::shard::Ownership, leave: tokio::sync::watch::Sender<bool>) {
+    let held = owner.held().len();
+    let started = edgegate::runtime::clock::now();
+    leave.send_replace(true);
+    tracing::info!(held, "stopping: handing the buckets over");
+    loop {
+        let left = owner.held().len();
+        let took = edgegate::runtime::clock::since(started);
+        if left == 0 || took >= HAND_OVER_WITHIN {
+            tracing::info!(
+                handed = held.saturating_sub(left),
+                cold = left,
+                ?took,
+                "handover ended; the rest go over cold"
+            );
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
 }
 
 fn stem(path: &Path) -> String {

@@ -24,6 +24,9 @@ pub struct HubView {
     namespaces: RwLock<HashMap<String, Option<String>>>,
     /// Hub namespace → the record's `spec.addresses` as written.
     records: RwLock<HashMap<String, Vec<String>>>,
+    /// Hub namespace → the record's resourceVersion as last seen (or written): a write based on
+    /// it is refused (409) once the record has changed since.
+    versions: RwLock<HashMap<String, String>>,
     /// Hub namespaces whose record cannot be decoded: what it names is unknown, so the producer
     /// writes nothing there (the webhook and the pruner leave it alone too) until it decodes or
     /// is deleted.
@@ -40,6 +43,7 @@ impl HubView {
             record_name: record_name.into(),
             namespaces: RwLock::default(),
             records: RwLock::default(),
+            versions: RwLock::default(),
             undecodable: RwLock::default(),
             namespaces_synced: AtomicBool::new(false),
             records_synced: AtomicBool::new(false),
@@ -80,9 +84,20 @@ impl HubView {
         f(self.records.read().get(namespace).map(Vec::as_slice))
     }
 
-    /// What was just written, so the next recompute compares against it before the watch says so.
-    pub fn wrote(&self, namespace: &str, addresses: Vec<String>) {
+    /// The record's resourceVersion as last seen or written (`None`: no record, or not known).
+    pub fn record_version(&self, namespace: &str) -> Option<String> {
+        self.versions.read().get(namespace).cloned()
+    }
+
+    /// What was just written (and the resourceVersion the write made), so the next recompute
+    /// compares against it before the watch says so.
+    pub fn wrote(&self, namespace: &str, addresses: Vec<String>, version: Option<String>) {
         self.records.write().insert(namespace.to_owned(), addresses);
+        let mut versions = self.versions.write();
+        match version {
+            Some(version) => versions.insert(namespace.to_owned(), version),
+            None => versions.remove(namespace),
+        };
     }
 }
 
@@ -138,6 +153,11 @@ impl SnapshotSink<EdgeReachability> for HubWriter {
             .filter(|r| wanted(r))
             .map(|r| (r.namespace().unwrap_or_default(), r.entries().to_vec()))
             .collect();
+        *self.view.versions.write() = list
+            .iter()
+            .filter(|r| wanted(r))
+            .filter_map(|r| Some((r.namespace().unwrap_or_default(), r.resource_version()?)))
+            .collect();
         self.view.records_synced.store(true, Ordering::Release);
         let _ = self.changes.send(Change::All);
     }
@@ -145,6 +165,9 @@ impl SnapshotSink<EdgeReachability> for HubWriter {
         if record.name_any() == self.view.record_name {
             let ns = record.namespace().unwrap_or_default();
             self.view.undecodable.write().remove(&ns);
+            if let Some(version) = record.resource_version() {
+                self.view.versions.write().insert(ns.clone(), version);
+            }
             let previous = self.view.records.write().insert(ns.clone(), record.entries().to_vec());
             // Addresses changed by someone else (the producer's own writes are in the view
             // already) are put right at once: the pruner withdraws what a record stops naming
@@ -158,6 +181,7 @@ impl SnapshotSink<EdgeReachability> for HubWriter {
         if record.name_any() == self.view.record_name {
             let ns = record.namespace().unwrap_or_default();
             self.view.records.write().remove(&ns);
+            self.view.versions.write().remove(&ns);
             self.view.undecodable.write().remove(&ns);
             // A record deleted by hand is written again at once (and on every resync).
             let _ = self.changes.send(Change::Namespace(ns));

@@ -20,8 +20,13 @@ pub struct Controller {
     /// The name this replica holds the Lease and posts Events under.
     pub identity: String,
     pub leader: Leadership,
-    /// Cancelled on SIGTERM or Ctrl-C: the loop stops at it.
+    /// Cancelled on SIGTERM or Ctrl-C, once what [`Controller::drain_with`] gave has ended: the
+    /// loop stops at it.
     pub shutdown: CancellationToken,
+    /// Cancelled on SIGTERM or Ctrl-C, at once.
+    pub signalled: CancellationToken,
+    /// Run between the signal and `shutdown`, if given.
+    drain: Arc<parking_lot::Mutex<Option<futures::future::BoxFuture<'static, ()>>>>,
     election: (CancellationToken, JoinHandle<()>),
 }
 
@@ -30,15 +35,28 @@ impl Controller {
     pub async fn start(hub: &HubArgs, lease: &LeaseConfig) -> anyhow::Result<Self> {
         let _ = rustls::crypto::ring::default_provider().install_default();
         let client = super::client::hub_client(hub).await?;
-        let shutdown = CancellationToken::new();
-        let on_signal = shutdown.clone();
+        let (shutdown, signalled) = (CancellationToken::new(), CancellationToken::new());
+        let drain: Arc<parking_lot::Mutex<Option<futures::future::BoxFuture<'static, ()>>>> = Arc::default();
+        let (on_signal, then, draining) = (signalled.clone(), shutdown.clone(), Arc::clone(&drain));
         tokio::spawn(async move {
             super::process::shutdown_signal().await;
             on_signal.cancel();
+            let drain = draining.lock().take();
+            if let Some(drain) = drain {
+                drain.await;
+            }
+            then.cancel();
         });
         let stop = CancellationToken::new();
         let (leader, task) = elect(&client, lease, stop.clone());
-        Ok(Controller { hub: client, identity: lease.identity.clone(), leader, shutdown, election: (stop, task) })
+        let identity = lease.identity.clone();
+        Ok(Controller { hub: client, identity, leader, shutdown, signalled, drain, election: (stop, task) })
+    }
+
+    /// On SIGTERM, run `drain` (bounded by the caller) before the loop is told to stop: a
+    /// sharing producer hands its buckets over meanwhile.
+    pub fn drain_with(&self, drain: futures::future::BoxFuture<'static, ()>) {
+        *self.drain.lock() = Some(drain);
     }
 
     /// Serve `/healthz`, `/readyz` and `/metrics` from `probes` on `listen` until shutdown.

@@ -208,6 +208,8 @@ impl Elector {
                 () = shutdown.cancelled() => break,
                 () = tokio::time::sleep(wait) => {}
                 () = sleep_until(deadline) => {}
+                // What the Lease says changed (a member ready for buckets, or leaving): at once.
+                () = changed(self.config.annotations.as_mut()), if leading => {}
             }
         }
         self.release().await;
@@ -301,9 +303,9 @@ impl Elector {
     }
 
     /// The configured annotations as they are now, over what the Lease had.
-    fn annotate(&self, meta: &mut ObjectMeta) {
-        if let Some(annotations) = &self.config.annotations {
-            meta.annotations.get_or_insert_default().extend(annotations.borrow().clone());
+    fn annotate(&mut self, meta: &mut ObjectMeta) {
+        if let Some(annotations) = &mut self.config.annotations {
+            meta.annotations.get_or_insert_default().extend(annotations.borrow_and_update().clone());
         }
     }
 
@@ -325,6 +327,14 @@ impl Elector {
 
 fn now() -> MicroTime {
     MicroTime(jiff::Timestamp::now())
+}
+
+/// Once `annotations` change; never without them.
+async fn changed(annotations: Option<&mut watch::Receiver<BTreeMap<String, String>>>) {
+    let Some(annotations) = annotations else { return std::future::pending().await };
+    if annotations.changed().await.is_err() {
+        std::future::pending::<()>().await;
+    }
 }
 
 async fn sleep_until(deadline: Option<Instant>) {

@@ -29,6 +29,10 @@ use crate::core::shard::{self, Bucket, Fence, Liveness, Member, Plan, Seen};
 /// The annotation on a member Lease naming the buckets it is ready to take.
 pub const READY_ANNOTATION: &str = "edgegate.datumapis.com/ready-buckets";
 
+/// The annotation on a member Lease saying it is stopping: it takes nothing and hands its
+/// buckets over to their owners as they are ready.
+pub const LEAVING_ANNOTATION: &str = "edgegate.datumapis.com/leaving";
+
 /// How often a replica looks at the Leases and acts.
 pub const LOOK_EVERY: Duration = Duration::from_secs(1);
 
@@ -41,6 +45,9 @@ pub struct ShardConfig {
     pub duration: Duration,
     /// Lease names: `<prefix>-member-<identity>`, `<prefix>-bucket-<n>`.
     pub prefix: String,
+    /// For the auditor's own test only: write and delete for every bucket ever taken, ignoring
+    /// the deadline and the fences (a deliberately broken fence, which the auditor must catch).
+    pub unfenced: bool,
 }
 
 impl ShardConfig {
@@ -79,6 +86,9 @@ pub struct Ownership {
     /// Since when the bucket vacant longest (as this replica sees it) has had nobody who may
     /// write; `None` when every bucket has someone.
     vacant_since: Arc<Mutex<Option<Instant>>>,
+    /// Only with [`ShardConfig::unfenced`]: every bucket this replica ever took, which it then
+    /// "holds" whatever its deadline and its fences say.
+    unfenced: Option<Arc<Mutex<BTreeSet<Bucket>>>>,
 }
 
 impl Ownership {
@@ -88,8 +98,16 @@ impl Ownership {
     }
 
     pub fn holds_bucket(&self, bucket: Bucket) -> bool {
-        let Some(tenure) = self.member.tenure() else { return false };
-        self.held.lock().get(&bucket) == Some(&tenure)
+        let held = self.held.lock();
+        self.holds_in(&held, bucket)
+    }
+
+    /// Whether `held` (locked by the caller) holds `bucket` in the member Lease's tenure now.
+    fn holds_in(&self, held: &BTreeMap<Bucket, u64>, bucket: Bucket) -> bool {
+        if let Some(ever) = &self.unfenced {
+            return ever.lock().contains(&bucket);
+        }
+        self.member.tenure().is_some_and(|tenure| held.get(&bucket) == Some(&tenure))
     }
 
     /// Leave to write `project`'s records now, if its bucket is held: kept until the guard is
@@ -98,9 +116,10 @@ impl Ownership {
     /// fence only where the API allows).
     pub fn writing(&self, project: &str) -> Option<(Writing, Duration)> {
         let bucket = shard::bucket(project);
-        let left = self.member.time_left()?;
+        let left = if self.unfenced.is_some() { Duration::from_secs(15) } else { self.member.time_left()? };
+        // Under the lock a release takes the bucket out under first: it cannot come between.
         let held = self.held.lock();
-        if held.get(&bucket) != self.member.tenure().as_ref() {
+        if !self.holds_in(&held, bucket) {
             return None;
         }
         *self.writing.lock().entry(bucket).or_default() += 1;
@@ -155,6 +174,8 @@ pub struct Links {
     /// The buckets whose projects this replica should watch.
     pub engage: watch::Sender<BTreeSet<Bucket>>,
     pub warm: Warm,
+    /// Told `true` when this replica is stopping (SIGTERM).
+    pub leaving: watch::Receiver<bool>,
 }
 
 /// Start sharing: the Lease watch and the loop that acts on it, until `shutdown`. `member` is the
@@ -174,8 +195,18 @@ pub fn share(
         .for_each(|_| async {});
     super::supervise::essential("shard Lease watch", shutdown, watch);
     let (taken_tx, taken) = watch::channel(false);
-    let ownership =
-        Ownership { member, held: Arc::default(), writing: Arc::default(), taken, vacant_since: Arc::default() };
+    let unfenced = config.unfenced.then(|| {
+        tracing::error!("the fence is broken on purpose (a test of the auditor): two replicas may write at once");
+        Arc::default()
+    });
+    let ownership = Ownership {
+        member,
+        held: Arc::default(),
+        writing: Arc::default(),
+        taken,
+        vacant_since: Arc::default(),
+        unfenced,
+    };
     let sharer = Sharer {
         api,
         store,
@@ -185,6 +216,7 @@ pub fn share(
         engage: links.engage,
         taken: taken_tx,
         warm: links.warm,
+        leaving: links.leaving,
         seen: HashMap::new(),
         vacant: HashMap::new(),
         written: HashMap::new(),
@@ -202,6 +234,7 @@ struct Sharer {
     engage: watch::Sender<BTreeSet<Bucket>>,
     taken: watch::Sender<bool>,
     warm: Warm,
+    leaving: watch::Receiver<bool>,
     /// Each member's Lease resourceVersion as last seen (empty: no Lease), when this replica
     /// first saw it so, and whether it has seen it change: a member is gone once its Lease has
     /// not changed for its duration by *this* clock, and live only once seen renewed.
@@ -269,7 +302,7 @@ impl Sharer {
         let seen = Seen {
             me: &self.config.identity,
             live: self.ownership.member.is_leader() && settled && !single && fresh,
-            leaving: false,
+            leaving: *self.leaving.borrow(),
             members: &members,
             fences: &fences,
             held: &held,
@@ -280,12 +313,19 @@ impl Sharer {
         *self.ownership.vacant_since.lock() = self.vacant.values().min().copied();
         self.act(&plan, &leases).await;
         let ready = plan.ready.iter().map(ToString::to_string).collect::<Vec<_>>().join(",");
+        let leaving = self.leaving.borrow().to_string();
         self.ready.send_if_modified(|a| {
-            let changed = a.get(READY_ANNOTATION) != Some(&ready);
+            let changed = a.get(READY_ANNOTATION) != Some(&ready) || a.get(LEAVING_ANNOTATION) != Some(&leaving);
             a.insert(READY_ANNOTATION.to_owned(), ready);
+            a.insert(LEAVING_ANNOTATION.to_owned(), leaving);
             changed
         });
-        self.engage.send_if_modified(|e| std::mem::replace(e, plan.engage.clone()) != plan.engage);
+        let mut engage = plan.engage.clone();
+        if let Some(ever) = &self.ownership.unfenced {
+            // Broken on purpose: what it ever took it keeps watching (and writing).
+            engage.extend(ever.lock().iter().copied());
+        }
+        self.engage.send_if_modified(|e| std::mem::replace(e, engage.clone()) != engage);
     }
 
     /// The other members, as this replica sees them.
@@ -324,7 +364,8 @@ impl Sharer {
                 .get(READY_ANNOTATION)
                 .map(|r| r.split(',').filter_map(|b| b.trim().parse().ok()).collect())
                 .unwrap_or_default();
-            members.push(Member { name: identity.to_owned(), liveness, ready, leaving: false });
+            let leaving = lease.annotations().get(LEAVING_ANNOTATION).is_some_and(|l| l == "true");
+            members.push(Member { name: identity.to_owned(), liveness, ready, leaving });
         }
         members
     }
@@ -452,6 +493,9 @@ impl Sharer {
                 Ok(written) => {
                     self.written.insert(name.clone(), (based_on.and_then(|l| l.resource_version()), Arc::new(written)));
                     self.ownership.held.lock().insert(*b, tenure);
+                    if let Some(ever) = &self.ownership.unfenced {
+                        ever.lock().insert(*b);
+                    }
                     self.taken.send_modify(|t| *t = !*t);
                 }
                 Err(kube::Error::Api(status)) if status.code == 409 => {

@@ -385,3 +385,78 @@ async fn fleet() {
     let requests = milo.requests().values().sum::<u64>();
     eprintln!("fleet: Milo served {requests} requests in all");
 }
+
+/// The fleet shared by three producer replicas (components/producer-sharded): `FLEET_PROJECTS`
+/// projects (1,000), one in five serving. Measured: how long a cold start takes until every bucket
+/// is held and every project whole at its owner; each replica's share of the projects, its RSS and
+/// sockets; and, one replica killed (SIGKILL), how long until its buckets are taken over and its
+/// projects whole again at their new owners.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "minutes: scripts/fleet.sh --sharded"]
+async fn sharded_fleet() {
+    let total: usize = std::env::var("FLEET_PROJECTS").ok().and_then(|v| v.parse().ok()).unwrap_or(1_000);
+    let hub_cp = ControlPlane::own();
+    let backing_cp = ControlPlane::own();
+    let (hub, backing) = (hub_cp.client().await, backing_cp.client().await);
+    let milo = Milo::serving(&hub, &backing_cp, &backing).await;
+    let sharded = ["components/producer-sharded"];
+    let render = shipped::install_with_milo_and("fleet-sharded", &hub_cp, &backing_cp, &milo, &sharded, &[]).await;
+    let serving = (total / 5).max(3);
+    futures::stream::iter(0..total)
+        .map(|i| {
+            let (backing, hub) = (backing.clone(), hub.clone());
+            async move { make_project(&backing, &hub, i, i < serving).await }
+        })
+        .buffered(16)
+        .collect::<Vec<_>>()
+        .await;
+    set_ready(&backing, 0..total, "True").await;
+    eprintln!("fleet: {total} projects made and Ready, the first {serving} serving");
+
+    let started = Instant::now();
+    let mut pods = Vec::new();
+    for i in 0..3 {
+        pods.push(run(&hub_cp, &render, "edgegate-producer", i, &[Rewrite::ListenAddress, Rewrite::MountPath]).await);
+    }
+    let whole = async |pods: &[RunningPod]| {
+        let scrapes: Vec<String> = pods.iter().map(|p| metrics(&p.process)).collect();
+        let held: u64 = scrapes.iter().map(|s| gauge(s, "edgegate_producer_buckets_held ")).sum();
+        let synced: u64 = scrapes.iter().map(|s| gauge(s, "edgegate_producer_projects{state=\"synced\"} ")).sum();
+        held == 256 && synced == total as u64
+    };
+    eventually(Duration::from_secs(900), "every bucket held and every project whole", async || whole(&pods).await)
+        .await;
+    eprintln!(
+        "fleet: sharded cold start: every bucket held and all {total} projects whole at their owners after {:?}",
+        started.elapsed()
+    );
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    for pod in &pods {
+        let scrape = metrics(&pod.process);
+        let projects = gauge(&scrape, "edgegate_producer_projects{state=\"synced\"} ");
+        eprintln!(
+            "fleet: replica {}: {projects} projects ({:.0} % of {total}), {} buckets, RSS {} MiB, {} sockets",
+            pod.name,
+            projects as f64 * 100.0 / total as f64,
+            gauge(&scrape, "edgegate_producer_buckets_held "),
+            rss_mib(&pod.process),
+            sockets(pod)
+        );
+    }
+
+    let killed = pods.remove(0);
+    let status = std::process::Command::new("kill").args(["-KILL", &killed.pid().to_string()]).status().expect("kill");
+    assert!(status.success());
+    let kill = Instant::now();
+    eventually(Duration::from_secs(120), "the killed replica's buckets taken over", async || {
+        pods.iter().map(|p| gauge(&metrics(&p.process), "edgegate_producer_buckets_held ")).sum::<u64>() == 256
+    })
+    .await;
+    let taken = kill.elapsed();
+    eventually(Duration::from_secs(600), "every project whole again", async || whole(&pods).await).await;
+    eprintln!(
+        "fleet: SIGKILL of a replica: its buckets taken over after {taken:?}, every project whole again after {:?} (goals 20 s / 60 s)",
+        kill.elapsed()
+    );
+    drop(killed);
+}

@@ -44,6 +44,62 @@ async fn fleet() -> Fleet {
     Fleet { hub_cp, backing_cp, hub, backing, milo, namespaces }
 }
 
+/// Each bucket's holders in turn, from `before`, looked at every 200 ms until the fences are as
+/// ranked over `pods` (within 120 s of `since`); and how long that took.
+async fn follow_moves(
+    hub: &Client,
+    before: &BTreeMap<Bucket, Option<String>>,
+    pods: &[&RunningPod],
+    since: Instant,
+) -> (BTreeMap<Bucket, Vec<(Option<String>, Instant)>>, Duration) {
+    let mut history: BTreeMap<Bucket, Vec<(Option<String>, Instant)>> =
+        before.iter().map(|(b, h)| (*b, vec![(h.clone(), since)])).collect();
+    loop {
+        let now = fences(hub).await;
+        for (b, holder) in &now {
+            let seen = history.get_mut(b).expect("every bucket");
+            if seen.last().is_some_and(|(h, _)| h != holder) {
+                seen.push((holder.clone(), Instant::now()));
+            }
+        }
+        if as_ranked(&now, pods) {
+            return (history, since.elapsed());
+        }
+        assert!(since.elapsed() < Duration::from_secs(120), "the buckets not as ranked within 120 s: {now:?}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Of `history`: how many buckets moved (each one's holders in turn as `allowed` says), and the
+/// longest any went unheld.
+fn moves(
+    history: &BTreeMap<Bucket, Vec<(Option<String>, Instant)>>,
+    allowed: impl Fn(&[Option<&str>]) -> bool,
+) -> (u32, Duration) {
+    let (mut moved, mut longest_unheld) = (0, Duration::ZERO);
+    for (b, seen) in history {
+        let holders: Vec<Option<&str>> = seen.iter().map(|(h, _)| h.as_deref()).collect();
+        if holders.len() == 1 {
+            continue;
+        }
+        moved += 1;
+        assert!(allowed(&holders), "bucket {b} moved otherwise than it may: {holders:?}");
+        for pair in seen.windows(2) {
+            if pair[0].0.is_none() {
+                longest_unheld = longest_unheld.max(pair[1].1 - pair[0].1);
+            }
+        }
+    }
+    (moved, longest_unheld)
+}
+
+/// The line a stopping replica logs when its handover has ended (within 30 s).
+async fn handover_line(pod: &RunningPod) -> String {
+    let line = || pod.log().lines().find(|l| l.contains("handover ended")).map(str::to_owned);
+    eventually(Duration::from_secs(30), "the handover's end logged", async || line().is_some()).await;
+    line().unwrap_or_default()
+}
+
 /// deploy/ with components/producer-sharded, the test's shorter timings.
 async fn sharded(name: &str, hub_cp: &ControlPlane, backing_cp: &ControlPlane, milo: &Milo) -> Render {
     shipped::install_with_milo_and(name, hub_cp, backing_cp, milo, &["components/producer-sharded"], &FLAGS).await
@@ -102,8 +158,10 @@ async fn replica(hub_cp: &ControlPlane, render: &Render, i: usize) -> RunningPod
 /// A rollout from one writer: the shared replicas take nothing while it leads, and every bucket
 /// once it has stopped. Three replicas share the 256 buckets as rendezvous hashing ranks them; a
 /// fourth takes about a quarter, every bucket that moves going to it and none between the
-/// others, each unheld only briefly; killed (SIGKILL), its buckets are taken back within the
-/// member Lease's duration and a look, and a project that moved is written by its new owner.
+/// others, each unheld only briefly; one of the first three stopped (SIGTERM) hands its buckets
+/// over warm before it exits; killed (SIGKILL), the fourth's buckets are taken back within the
+/// member Lease's duration and a look, and a project that moved is written by its new owner; a
+/// rolling restart of the rest hands every bucket over warm.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn replicas_share_the_buckets_and_take_over_a_killed_one() {
     let Fleet { hub_cp, backing_cp, hub, backing, milo, namespaces } = fleet().await;
@@ -149,48 +207,17 @@ async fn replicas_share_the_buckets_and_take_over_a_killed_one() {
     );
     eventually(Duration::from_secs(60), "every project's record as it was", written).await;
 
-    // A fourth replica: watched every 200 ms, each bucket's holders in turn.
+    // A fourth replica: every bucket that moves goes to it, and only those rendezvous hashing
+    // gives it.
     let joined = Instant::now();
     pods.push(replica(&hub_cp, &render, 3).await);
     let four: Vec<&RunningPod> = pods.iter().collect();
     let newcomer = pods[3].name.clone();
-    let mut history: BTreeMap<Bucket, Vec<(Option<String>, Instant)>> =
-        before.iter().map(|(b, h)| (*b, vec![(h.clone(), joined)])).collect();
-    loop {
-        let now = fences(&hub).await;
-        for (b, holder) in &now {
-            let seen = history.get_mut(b).expect("every bucket");
-            if seen.last().is_some_and(|(h, _)| h != holder) {
-                seen.push((holder.clone(), Instant::now()));
-            }
-        }
-        if as_ranked(&now, &four) {
-            break;
-        }
-        assert!(
-            joined.elapsed() < Duration::from_secs(120),
-            "the fourth replica's buckets not handed over within 120 s: {now:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    let settled = joined.elapsed();
-    let mut moved: u32 = 0;
-    let mut longest_unheld = Duration::ZERO;
-    for (b, seen) in &history {
-        let holders: Vec<Option<&str>> = seen.iter().map(|(h, _)| h.as_deref()).collect();
-        if holders.len() == 1 {
-            continue;
-        }
-        moved += 1;
-        let last = *holders.last().expect("a holder");
-        assert_eq!(last, Some(newcomer.as_str()), "bucket {b} moved between survivors: {holders:?}");
-        assert!(holders[1..].iter().all(|h| h.is_none() || *h == Some(newcomer.as_str())), "bucket {b}: {holders:?}");
-        for pair in seen.windows(2) {
-            if pair[0].0.is_none() {
-                longest_unheld = longest_unheld.max(pair[1].1 - pair[0].1);
-            }
-        }
-    }
+    let (history, settled) = follow_moves(&hub, &before, &four, joined).await;
+    let (moved, longest_unheld) = moves(&history, |holders| {
+        holders.last() == Some(&Some(newcomer.as_str()))
+            && holders[1..].iter().all(|h| h.is_none() || *h == Some(newcomer.as_str()))
+    });
     let expected = (0..BUCKETS).filter(|b| {
         let names: Vec<&str> = four.iter().map(|p| p.name.as_str()).collect();
         shard::rank(*b, names).first() == Some(&newcomer.as_str())
@@ -203,6 +230,38 @@ async fn replicas_share_the_buckets_and_take_over_a_killed_one() {
     assert_eq!(moved as usize, expected.count(), "the buckets rendezvous hashing gives the new replica, and no others");
     assert!(longest_unheld <= Duration::from_secs(5), "a moving bucket unheld for {longest_unheld:?}");
 
+    // One of the first three stopped (SIGTERM, as a scale-in or a rolling update does): it hands
+    // its buckets to their owners, each once that one has listed its projects, and exits.
+    let leaving = pods.remove(1);
+    let leaver = leaving.name.clone();
+    let before = fences(&hub).await;
+    let held = held_by(&before, &leaving);
+    let stopping = Instant::now();
+    let pid = leaving.pid();
+    let status = std::process::Command::new("kill").args(["-TERM", &pid.to_string()]).status().expect("kill");
+    assert!(status.success());
+    let remaining: Vec<&RunningPod> = pods.iter().collect();
+    let (history, settled) = follow_moves(&hub, &before, &remaining, stopping).await;
+    eventually(Duration::from_secs(30), "the stopped replica exited", async || {
+        !std::path::Path::new(&format!("/proc/{pid}")).exists()
+            || std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| s.contains(") Z "))
+    })
+    .await;
+    let gone = stopping.elapsed();
+    let (moved, longest_unheld) = moves(&history, |holders| {
+        holders[0] == Some(leaver.as_str()) && holders[1..].iter().all(|h| *h != Some(leaver.as_str()))
+    });
+    let handover = handover_line(&leaving).await;
+    eprintln!(
+        "sharding: 4 → 3 by SIGTERM: {moved} buckets (of {held} it held) handed over in {settled:?}, the process gone \
+         {:?} after the signal; longest a bucket went unheld: {longest_unheld:?} (bound 5 s); its log: {handover}",
+        gone
+    );
+    assert_eq!(moved as usize, held, "every bucket it held handed over");
+    assert!(longest_unheld <= Duration::from_secs(5), "a bucket unheld for {longest_unheld:?}");
+    assert!(handover.contains("\"cold\":0"), "some buckets went over cold: {handover}");
+    drop(leaving);
+
     // Killed: its buckets taken back once its member Lease has gone unrenewed for its duration.
     let killed = pods.pop().expect("the fourth");
     let held = held_by(&fences(&hub).await, &killed);
@@ -210,9 +269,9 @@ async fn replicas_share_the_buckets_and_take_over_a_killed_one() {
     let status = std::process::Command::new("kill").args(["-KILL", &pid.to_string()]).status().expect("kill");
     assert!(status.success());
     let kill = Instant::now();
-    let three: Vec<&RunningPod> = pods.iter().collect();
+    let two: Vec<&RunningPod> = pods.iter().collect();
     eventually(Duration::from_secs(90), "the killed replica's buckets taken over", async || {
-        as_ranked(&fences(&hub).await, &three)
+        as_ranked(&fences(&hub).await, &two)
     })
     .await;
     let took = kill.elapsed();
@@ -239,6 +298,33 @@ async fn replicas_share_the_buckets_and_take_over_a_killed_one() {
     })
     .await;
     eprintln!("sharding: a namespace added to {p} after the moves written in {:?}", added.elapsed());
+
+    // A rolling restart of the replicas left, as a Deployment rolls them: a new Pod first, then
+    // an old one stopped (SIGTERM), one at a time.
+    let rolling = Instant::now();
+    let mut longest_unheld = Duration::ZERO;
+    for k in 0..pods.len() {
+        let old = pods.remove(0);
+        pods.push(replica(&hub_cp, &render, 10 + k).await);
+        let with_new: Vec<&RunningPod> = pods.iter().chain([&old]).collect();
+        let (history, _) = follow_moves(&hub, &fences(&hub).await, &with_new, Instant::now()).await;
+        longest_unheld = longest_unheld.max(moves(&history, |_| true).1);
+        let status = std::process::Command::new("kill").args(["-TERM", &old.pid().to_string()]).status().expect("kill");
+        assert!(status.success());
+        let without: Vec<&RunningPod> = pods.iter().collect();
+        let (history, _) = follow_moves(&hub, &fences(&hub).await, &without, Instant::now()).await;
+        let (_, unheld) = moves(&history, |holders| holders[1..].iter().all(|h| *h != Some(old.name.as_str())));
+        longest_unheld = longest_unheld.max(unheld);
+        let handover = handover_line(&old).await;
+        assert!(handover.contains("\"cold\":0"), "some buckets went over cold in the rollout: {handover}");
+        drop(old);
+    }
+    eprintln!(
+        "sharding: rolling restart of {} replicas in {:?}; longest a bucket went unheld: {longest_unheld:?} (bound 5 s)",
+        pods.len(),
+        rolling.elapsed()
+    );
+    assert!(longest_unheld <= Duration::from_secs(5), "a bucket unheld for {longest_unheld:?} in the rollout");
     hub_cp.assert_nothing_refused();
 
     audited(&hub_cp, &namespaces, &[(ns, p)], PROJECTS + 1);
@@ -250,8 +336,27 @@ async fn replicas_share_the_buckets_and_take_over_a_killed_one() {
 /// outside its writer's fence), and gets its buckets back as ranked.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_paused_replica_writes_nothing_before_it_takes_its_fences_again() {
+    paused(false).await;
+}
+
+/// The auditor can fail on real replicas: the same pause with the fence broken on purpose (each
+/// replica watches and writes for every bucket it ever took, ignoring its deadline, its fences
+/// and the record's resourceVersion), and a change once the paused one has its buckets back:
+/// the replica that held them meanwhile writes too, and the auditor counts it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broken_fence_is_caught_by_the_auditor() {
+    paused(true).await;
+}
+
+async fn paused(broken: bool) {
     let Fleet { hub_cp, backing_cp, hub, backing, milo, namespaces } = fleet().await;
-    let render = sharded("sharding-pause", &hub_cp, &backing_cp, &milo).await;
+    let render = if broken {
+        let flags = [FLAGS[0], FLAGS[1], "--test-only-break-the-fence"];
+        let components = ["components/producer-sharded"];
+        shipped::install_with_milo_and("sharding-broken", &hub_cp, &backing_cp, &milo, &components, &flags).await
+    } else {
+        sharded("sharding-pause", &hub_cp, &backing_cp, &milo).await
+    };
     let mut pods = Vec::new();
     for i in 0..3 {
         pods.push(replica(&hub_cp, &render, i).await);
@@ -291,6 +396,33 @@ async fn a_paused_replica_writes_nothing_before_it_takes_its_fences_again() {
     tokio::time::sleep(Duration::from_secs(40).saturating_sub(stopped.elapsed())).await;
     signal("-CONT");
     let woke = Instant::now();
+    let mut added = vec![(ns, p.clone())];
+    if broken {
+        // Once its buckets are back with it, the replica that held them meanwhile still writes
+        // for them (broken on purpose), beside it.
+        eventually(Duration::from_secs(90), "its buckets back as ranked over three replicas", async || {
+            as_ranked(&fences(&hub).await, &three)
+        })
+        .await;
+        let ns = world::project_namespace(&backing, &hub, &p, &format!("{p}-woken"), Some("fd20:0:6::1")).await;
+        added.push((ns, p.clone()));
+        let log = hub_cp.dir.join("audit.log");
+        let project_of: BTreeMap<String, String> =
+            namespaces.iter().map(|(p, ns, _)| (ns.clone(), p.clone())).chain(added.iter().cloned()).collect();
+        let took = eventually(Duration::from_secs(30), "the auditor counts the broken fence", async || {
+            let log = std::fs::read_to_string(&log).unwrap_or_default();
+            !fence_audit::audit(&log, &project_of).overlaps.is_empty()
+        })
+        .await;
+        let audit = fence_audit::audit(&std::fs::read_to_string(&log).expect("audit log"), &project_of);
+        eprintln!(
+            "sharding: the fence broken on purpose: the auditor counts {} of {} record writes outside their writer's fence ({took:?} after the change): {:?}",
+            audit.overlaps.len(),
+            audit.writes,
+            audit.overlaps.first()
+        );
+        return;
+    }
     eventually(Duration::from_secs(90), "its buckets back as ranked over three replicas", async || {
         as_ranked(&fences(&hub).await, &three)
     })
@@ -305,6 +437,7 @@ async fn a_paused_replica_writes_nothing_before_it_takes_its_fences_again() {
         record(&hub, &again).await == Some(vec!["fd20:0:6::1".to_owned()])
     })
     .await;
+    added.push((again, p));
     hub_cp.assert_nothing_refused();
-    audited(&hub_cp, &namespaces, &[(ns, p.clone()), (again, p)], PROJECTS + 2);
+    audited(&hub_cp, &namespaces, &added, PROJECTS + 2);
 }
