@@ -164,6 +164,36 @@ pub fn runs_as_root(why: &str) -> bool {
     false
 }
 
+/// libfaketime's preload library (Debian's package `libfaketime`), installed with apt-get where
+/// it is missing (root; one install at a time across test processes).
+pub fn libfaketime() -> PathBuf {
+    let find = || {
+        let out = std::process::Command::new("dpkg").args(["-L", "libfaketime"]).output().ok()?;
+        let listed = String::from_utf8_lossy(&out.stdout).into_owned();
+        listed.lines().find(|l| l.ends_with("/libfaketime.so.1")).map(PathBuf::from).filter(|p| p.exists())
+    };
+    if let Some(lib) = find() {
+        return lib;
+    }
+    let lock = std::fs::File::create(std::env::temp_dir().join("edgegate-apt.lock")).expect("apt lock file");
+    lock.lock().expect("apt lock");
+    if let Some(lib) = find() {
+        return lib;
+    }
+    let apt = |args: &[&str]| {
+        std::process::Command::new("apt-get")
+            .args(args)
+            .env("DEBIAN_FRONTEND", "noninteractive")
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    if !apt(&["install", "-y", "-qq", "libfaketime"]) {
+        assert!(apt(&["update", "-qq"]), "apt-get update failed (libfaketime is needed: root and Debian's packages)");
+        assert!(apt(&["install", "-y", "-qq", "libfaketime"]), "apt-get install libfaketime failed");
+    }
+    find().expect("libfaketime.so.1 installed")
+}
+
 /// Wait (30 s at most) until `p` answers 200 on `/readyz`: plain HTTP on its admin port, or HTTPS
 /// verified by `ca` (the webhook's TLS listener).
 pub async fn until_ready(what: &str, p: &Process, ca: Option<&Path>) -> Duration {

@@ -66,6 +66,9 @@ pub enum Rewrite {
     ListenAddress,
     /// A Secret volume's `mountPath`, in args and env values → the test's projection of it.
     MountPath,
+    /// The process's wall clock set this many seconds off (libfaketime preloaded; its monotonic
+    /// clocks untouched): a node whose clock is wrong.
+    WallClock(i64),
 }
 
 /// `kubectl kustomize DIR`, parsed: the objects a user applies.
@@ -388,6 +391,19 @@ async fn run_placed(
             }
         };
         env.push(format!("{key}={value}"));
+    }
+
+    for offset in allowed.iter().filter_map(|r| match r {
+        Rewrite::WallClock(seconds) => Some(*seconds),
+        _ => None,
+    }) {
+        let lib = crate::helpers::libfaketime();
+        env.extend([
+            format!("LD_PRELOAD={}", lib.display()),
+            format!("FAKETIME={offset:+}"),
+            "FAKETIME_DONT_FAKE_MONOTONIC=1".to_owned(),
+        ]);
+        rewrites.push(format!("wall clock → {offset:+} s (libfaketime, monotonic clocks untouched)"));
     }
 
     // A container's environment is its own: nothing of the test process leaks in.
