@@ -202,6 +202,14 @@ async fn replicas_share_the_buckets_and_take_over_a_killed_one() {
         as_ranked(&fences(&hub).await, &three)
     })
     .await;
+    // The replica whose clock is ahead writes its Lease's times 10 minutes ahead: it does run so.
+    let leases: Api<Lease> = Api::namespaced(hub.clone(), "edgegate-system");
+    let ahead = leases.get(&format!("edgegate-producer-member-{}", pods[2].name)).await.expect("its member Lease");
+    let renewed = ahead.spec.and_then(|s| s.renew_time).expect("renewTime").0;
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("clock").as_secs();
+    let offset = renewed.as_second() - i64::try_from(now).expect("seconds");
+    eprintln!("sharding: the replica with its wall clock ahead wrote a renewTime {offset} s ahead");
+    assert!((560..=640).contains(&offset), "renewTime {offset} s off, not about 600");
     let before = fences(&hub).await;
     eprintln!(
         "sharding: the one writer stopped → three replicas hold every bucket {:?} later ({:?} after the first started); each holds {:?} of {BUCKETS}",
