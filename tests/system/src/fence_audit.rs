@@ -6,6 +6,10 @@
 //! that does not share) counts as holding every bucket: a rollout from one writer to shared ones
 //! is audited too.
 //!
+//! Copy DELETEs are checked the same way: a DELETE's answer carries no resourceVersion, so the
+//! revision each one made is taken from a watch of the copies (its DELETED event's), which the
+//! test keeps ([`Deletions`]).
+//!
 //! Writers are told apart by their Pod-bound ServiceAccount tokens: the API server puts the Pod's
 //! name in the user's extra `authentication.kubernetes.io/pod-name`.
 //!
@@ -19,10 +23,16 @@ use serde_json::Value;
 const FENCE_PREFIX: &str = "edgegate-producer-bucket-";
 const SINGLE_LEASE: &str = "edgegate-producer";
 
-/// A record write made while the fence of its project's bucket named someone else.
+/// Each copy deleted, by namespace and name, with the revision its deletion made (from a watch's
+/// DELETED event).
+pub type Deletions = BTreeMap<(String, String), u64>;
+
+/// A record write or copy DELETE made while the fence of its project's bucket named someone else.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Overlap {
     pub revision: u64,
+    /// `patch` (a record) or `delete` (a copy).
+    pub verb: String,
     pub writer: String,
     pub namespace: String,
     pub bucket: Bucket,
@@ -37,13 +47,16 @@ pub struct Overlap {
 pub struct Audit {
     /// Record writes checked.
     pub writes: usize,
+    /// Copy DELETEs checked.
+    pub deletes: usize,
     /// Fence changes seen.
     pub fence_changes: usize,
     pub overlaps: Vec<Overlap>,
 }
 
-/// Audit the JSON lines of `log`; `project_of` names each hub namespace's project.
-pub fn audit(log: &str, project_of: &BTreeMap<String, String>) -> Audit {
+/// Audit the JSON lines of `log`; `project_of` names each hub namespace's project, `deleted` the
+/// revision of each copy's deletion.
+pub fn audit(log: &str, project_of: &BTreeMap<String, String>, deleted: &Deletions) -> Audit {
     let mut fences: BTreeMap<Bucket, Vec<(u64, Option<String>)>> = BTreeMap::new();
     let mut single: Vec<(u64, Option<String>)> = Vec::new();
     let mut writes = Vec::new();
@@ -53,6 +66,19 @@ pub fn audit(log: &str, project_of: &BTreeMap<String, String>) -> Audit {
             continue;
         }
         let verb = event["verb"].as_str().unwrap_or_default();
+        let object = &event["objectRef"];
+        if verb == "delete" && object["resource"] == "endpointslices" {
+            let writer = event["user"]["extra"]["authentication.kubernetes.io/pod-name"][0].as_str();
+            let (namespace, name) = (object["namespace"].as_str(), object["name"].as_str());
+            if let (Some(writer), Some(namespace), Some(name)) = (writer, namespace, name) {
+                let revision = deleted.get(&(namespace.to_owned(), name.to_owned())).copied();
+                // A DELETE the watch did not see end (it did not happen): nothing to check.
+                if let Some(revision) = revision {
+                    writes.push((revision, "delete", writer.to_owned(), namespace.to_owned()));
+                }
+            }
+            continue;
+        }
         if !["create", "update", "patch"].contains(&verb) {
             continue;
         }
@@ -61,7 +87,6 @@ pub fn audit(log: &str, project_of: &BTreeMap<String, String>) -> Audit {
         else {
             continue;
         };
-        let object = &event["objectRef"];
         match object["resource"].as_str() {
             Some("leases") => {
                 let name = object["name"].as_str().unwrap_or_default();
@@ -78,7 +103,7 @@ pub fn audit(log: &str, project_of: &BTreeMap<String, String>) -> Audit {
                     continue;
                 };
                 let namespace = object["namespace"].as_str().unwrap_or_default().to_owned();
-                writes.push((revision, writer.to_owned(), namespace));
+                writes.push((revision, "patch", writer.to_owned(), namespace));
             }
             _ => {}
         }
@@ -86,17 +111,21 @@ pub fn audit(log: &str, project_of: &BTreeMap<String, String>) -> Audit {
     fences.values_mut().for_each(|f| f.sort_unstable());
     single.sort_unstable();
     let mut audit = Audit { fence_changes: fences.values().map(Vec::len).sum(), ..Audit::default() };
-    for (revision, writer, namespace) in writes {
+    for (revision, verb, writer, namespace) in writes {
         let Some(project) = project_of.get(&namespace) else { continue };
         let bucket = shard::bucket(project);
         let holder = at(fences.get(&bucket).map_or(&[][..], Vec::as_slice), revision);
         let single = at(&single, revision);
-        audit.writes += 1;
+        if verb == "delete" {
+            audit.deletes += 1;
+        } else {
+            audit.writes += 1;
+        }
         let holders = [&holder, &single];
         let own = holders.iter().any(|h| h.as_deref() == Some(writer.as_str()));
         let other = holders.iter().any(|h| h.as_deref().is_some_and(|h| h != writer));
         if !own || other {
-            audit.overlaps.push(Overlap { revision, writer, namespace, bucket, holder, single });
+            audit.overlaps.push(Overlap { revision, verb: verb.to_owned(), writer, namespace, bucket, holder, single });
         }
     }
     audit
@@ -120,6 +149,13 @@ mod tests {
         json!({"stage": "ResponseComplete", "verb": "update", "responseStatus": {"code": 200},
             "objectRef": {"resource": "leases", "name": name},
             "responseObject": {"metadata": {"resourceVersion": revision.to_string()}, "spec": {"holderIdentity": holder}}})
+        .to_string()
+    }
+
+    fn delete(pod: &str, namespace: &str, name: &str) -> String {
+        json!({"stage": "ResponseComplete", "verb": "delete", "responseStatus": {"code": 200},
+            "user": {"extra": {"authentication.kubernetes.io/pod-name": [pod]}},
+            "objectRef": {"resource": "endpointslices", "namespace": namespace, "name": name}})
         .to_string()
     }
 
@@ -155,14 +191,20 @@ mod tests {
             write(34, "solo", "ns-a"),             // inside
             lease(SINGLE_LEASE, 35, None),         // solo lets go
             write(36, "solo", "ns-a"),
+            fence(b, 39, Some("two")),        // two takes it again
+            delete("two", "ns-a", "inside"),  // two deletes a copy while it holds the bucket
+            delete("one", "ns-a", "outside"), // one deletes another while two holds it
+            delete("one", "ns-a", "refused"), // a DELETE the watch never saw end: not checked
         ]
         .join("\n");
-        let audit = audit(&log, &projects);
-        assert_eq!(audit.writes, 10);
+        let deleted =
+            Deletions::from([(("ns-a".into(), "inside".into()), 40), (("ns-a".into(), "outside".into()), 41)]);
+        let audit = audit(&log, &projects, &deleted);
+        assert_eq!((audit.writes, audit.deletes), (10, 2));
         let counted: Vec<(u64, &str)> = audit.overlaps.iter().map(|o| (o.revision, o.writer.as_str())).collect();
         assert_eq!(
             counted,
-            [(5, "one"), (12, "two"), (21, "one"), (25, "one"), (31, "solo"), (32, "two"), (36, "solo")]
+            [(5, "one"), (12, "two"), (21, "one"), (25, "one"), (31, "solo"), (32, "two"), (36, "solo"), (41, "one")]
         );
     }
 }

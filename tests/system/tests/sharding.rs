@@ -4,6 +4,10 @@
 //! coordination the hub's Leases (docs/sharding.md).
 
 use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+use futures::StreamExt;
+use k8s_openapi::api::discovery::v1::EndpointSlice;
 
 use edgegate::core::shard::{self, BUCKETS, Bucket};
 use edgegate_system_tests::fence_audit;
@@ -100,26 +104,56 @@ async fn handover_line(pod: &RunningPod) -> String {
     line().unwrap_or_default()
 }
 
+/// Every copy deleted on the hub from now on, with the revision its deletion made (its watch's
+/// DELETED event): what the auditor orders the DELETEs by.
+fn watch_deletions(hub: &Client) -> Arc<Mutex<fence_audit::Deletions>> {
+    let deleted = Arc::new(Mutex::new(fence_audit::Deletions::new()));
+    let (api, into) = (Api::<EndpointSlice>::all(hub.clone()), Arc::clone(&deleted));
+    tokio::spawn(async move {
+        let mut events = std::pin::pin!(kube::runtime::watcher(api, Default::default()));
+        while let Some(event) = events.next().await {
+            if let Ok(kube::runtime::watcher::Event::Delete(slice)) = event {
+                let revision = slice.metadata.resource_version.as_deref().and_then(|r| r.parse().ok());
+                if let (Some(ns), Some(name), Some(revision)) =
+                    (slice.metadata.namespace, slice.metadata.name, revision)
+                {
+                    into.lock().expect("deletions").insert((ns, name), revision);
+                }
+            }
+        }
+    });
+    deleted
+}
+
 /// deploy/ with components/producer-sharded, the test's shorter timings.
 async fn sharded(name: &str, hub_cp: &ControlPlane, backing_cp: &ControlPlane, milo: &Milo) -> Render {
     shipped::install_with_milo_and(name, hub_cp, backing_cp, milo, &["components/producer-sharded"], &FLAGS).await
 }
 
-/// The auditor over the hub's audit log: at least `writes` record writes, none outside its
-/// writer's fence. `added`: hub namespaces made since, with their projects.
-fn audited(hub_cp: &ControlPlane, namespaces: &[(String, String, String)], added: &[(String, String)], writes: usize) {
+/// The auditor over the hub's audit log: at least `writes` record writes and `deletes` copy
+/// DELETEs (their revisions from `deleted`), none outside its writer's fence. `added`: hub
+/// namespaces made since, with their projects.
+fn audited(
+    hub_cp: &ControlPlane,
+    namespaces: &[(String, String, String)],
+    added: &[(String, String)],
+    (deleted, deletes): (&fence_audit::Deletions, usize),
+    writes: usize,
+) {
     let mut project_of: BTreeMap<String, String> =
         namespaces.iter().map(|(p, ns, _)| (ns.clone(), p.clone())).collect();
     project_of.extend(added.iter().cloned());
     let log = std::fs::read_to_string(hub_cp.dir.join("audit.log")).expect("the hub's audit log");
-    let audit = fence_audit::audit(&log, &project_of);
+    let audit = fence_audit::audit(&log, &project_of, deleted);
     eprintln!(
-        "sharding: auditor: {} record writes against {} fence changes, {} outside the writer's fence",
+        "sharding: auditor: {} record writes and {} copy DELETEs against {} fence changes, {} outside the writer's fence",
         audit.writes,
+        audit.deletes,
         audit.fence_changes,
         audit.overlaps.len()
     );
     assert!(audit.writes >= writes, "the auditor saw {} record writes", audit.writes);
+    assert!(audit.deletes >= deletes, "the auditor saw {} copy DELETEs", audit.deletes);
     assert!(audit.overlaps.is_empty(), "record writes outside their writer's fence: {:#?}", audit.overlaps);
 }
 
@@ -242,6 +276,15 @@ async fn replicas_share_the_buckets_and_take_over_a_killed_one() {
     assert_eq!(moved as usize, expected.count(), "the buckets rendezvous hashing gives the new replica, and no others");
     assert!(longest_unheld <= Duration::from_secs(5), "a moving bucket unheld for {longest_unheld:?}");
 
+    // A copy nobody serves in each project: each deleted by its project's owner, whichever that
+    // is while the buckets move below (the auditor checks each DELETE against the fences).
+    let deleted = watch_deletions(&hub);
+    tokio::time::sleep(Duration::from_secs(1)).await; // the watch listed
+    for (i, (_, ns, _)) in namespaces.iter().enumerate() {
+        let address = format!("fd20:dead::{:x}", i + 1);
+        create(&hub, ns, &slice("sharding", "unserved", true, &[&address]), false).await.expect("an unserved copy");
+    }
+
     // One of the first three stopped (SIGTERM, as a scale-in or a rolling update does): it hands
     // its buckets to their owners, each once that one has listed its projects, and exits.
     let leaving = pods.remove(1);
@@ -339,7 +382,13 @@ async fn replicas_share_the_buckets_and_take_over_a_killed_one() {
     assert!(longest_unheld <= Duration::from_secs(5), "a bucket unheld for {longest_unheld:?} in the rollout");
     hub_cp.assert_nothing_refused();
 
-    audited(&hub_cp, &namespaces, &[(ns, p)], PROJECTS + 1);
+    let collected = eventually(Duration::from_secs(120), "every unserved copy deleted", async || {
+        deleted.lock().expect("deletions").len() >= PROJECTS
+    })
+    .await;
+    eprintln!("sharding: all {PROJECTS} unserved copies deleted ({collected:?} more after the rollout)");
+    let deleted = deleted.lock().expect("deletions").clone();
+    audited(&hub_cp, &namespaces, &[(ns, p)], (&deleted, PROJECTS), PROJECTS + 1);
 }
 
 /// A replica paused (SIGSTOP) for 40 s: the others take its buckets once its member Lease has
@@ -423,10 +472,11 @@ async fn paused(broken: bool) {
             namespaces.iter().map(|(p, ns, _)| (ns.clone(), p.clone())).chain(added.iter().cloned()).collect();
         let took = eventually(Duration::from_secs(30), "the auditor counts the broken fence", async || {
             let log = std::fs::read_to_string(&log).unwrap_or_default();
-            !fence_audit::audit(&log, &project_of).overlaps.is_empty()
+            !fence_audit::audit(&log, &project_of, &Default::default()).overlaps.is_empty()
         })
         .await;
-        let audit = fence_audit::audit(&std::fs::read_to_string(&log).expect("audit log"), &project_of);
+        let audit =
+            fence_audit::audit(&std::fs::read_to_string(&log).expect("audit log"), &project_of, &Default::default());
         eprintln!(
             "sharding: the fence broken on purpose: the auditor counts {} of {} record writes outside their writer's fence ({took:?} after the change): {:?}",
             audit.overlaps.len(),
@@ -451,5 +501,5 @@ async fn paused(broken: bool) {
     .await;
     added.push((again, p));
     hub_cp.assert_nothing_refused();
-    audited(&hub_cp, &namespaces, &added, PROJECTS + 2);
+    audited(&hub_cp, &namespaces, &added, (&fence_audit::Deletions::new(), 0), PROJECTS + 2);
 }
