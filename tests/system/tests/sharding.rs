@@ -503,3 +503,84 @@ async fn paused(broken: bool) {
     hub_cp.assert_nothing_refused();
     audited(&hub_cp, &namespaces, &added, (&fence_audit::Deletions::new(), 0), PROJECTS + 2);
 }
+
+/// One replica cut off from the hub and from Milo (its Pod in a network namespace whose one link
+/// is dropped: no reset reaches either side) for 40 s: the others take its buckets once its
+/// member Lease has gone unrenewed for its duration and write what changes meanwhile; healed, it
+/// takes its fences again before it writes (the auditor: nothing outside a writer's fence), and
+/// gets its buckets back as ranked. Root (`ip netns`), as CI has.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_cut_off_from_the_hub_writes_nothing_until_it_is_back() {
+    if !runs_as_root("a producer replica in a network namespace") {
+        return;
+    }
+    use edgegate_system_tests::netns::{NetNs, forward};
+    use k8s_openapi::api::core::v1::Secret;
+    let Fleet { hub_cp, backing_cp, hub, backing, milo, namespaces } = fleet().await;
+    let render = sharded("sharding-cut", &hub_cp, &backing_cp, &milo).await;
+    // Milo through a relay on the link's host end, where every replica reaches it (the one in
+    // the namespace only while its link is up): Milo's kubeconfig in the Secret says so.
+    let netns = NetNs::create();
+    let listener = tokio::net::TcpListener::bind((netns.host_address.as_str(), 0)).await.expect("bind on the link");
+    let relay = listener.local_addr().expect("relay address");
+    tokio::spawn(forward(listener, milo.server.trim_start_matches("https://").parse().expect("Milo's address")));
+    let secrets: Api<Secret> = Api::namespaced(hub.clone(), "edgegate-system");
+    let mut secret = secrets.get("edgegate-producer-milo").await.expect("Milo's kubeconfig Secret");
+    let data = secret.data.get_or_insert_default();
+    let kubeconfig = String::from_utf8(data["kubeconfig"].0.clone()).expect("utf-8");
+    let relayed = kubeconfig.replace(&milo.server, &format!("https://{relay}"));
+    assert_ne!(relayed, kubeconfig, "Milo's server named in its kubeconfig");
+    data.insert("kubeconfig".into(), k8s_openapi::ByteString(relayed.into_bytes()));
+    secrets.replace("edgegate-producer-milo", &Default::default(), &secret).await.expect("the Secret relayed");
+
+    let mut pods = Vec::new();
+    for i in 0..2 {
+        pods.push(replica(&hub_cp, &render, i).await);
+    }
+    let allowed = [Rewrite::ListenAddress, Rewrite::MountPath];
+    pods.push(edgegate_system_tests::pod::run_in(&hub_cp, &render, "edgegate-producer", 2, &allowed, &netns).await);
+    let three: Vec<&RunningPod> = pods.iter().collect();
+    eventually(Duration::from_secs(90), "every bucket held as ranked over three replicas", async || {
+        as_ranked(&fences(&hub).await, &three)
+    })
+    .await;
+    let cut_off = &pods[2];
+    let fenced = fences(&hub).await;
+    let (p, _, _) = namespaces
+        .iter()
+        .find(|(p, _, _)| fenced.get(&shard::bucket(p)).is_some_and(|h| h.as_deref() == Some(cut_off.name.as_str())))
+        .cloned()
+        .expect("a project of the replica to be cut off (12 projects, three replicas)");
+
+    netns.link(false);
+    let cut = Instant::now();
+    let others: Vec<&RunningPod> = pods[..2].iter().collect();
+    eventually(Duration::from_secs(60), "the cut-off replica's buckets taken over", async || {
+        as_ranked(&fences(&hub).await, &others)
+    })
+    .await;
+    let took = cut.elapsed();
+    eprintln!("sharding: a replica cut off: its buckets taken over in {took:?} (bound 20 s + a look)");
+    assert!(took <= Duration::from_secs(22), "taken over in {took:?}");
+    let ns = world::project_namespace(&backing, &hub, &p, &format!("{p}-cut"), Some("fd20:0:7::1")).await;
+    eventually(Duration::from_secs(30), "the change made during the cut written", async || {
+        record(&hub, &ns).await == Some(vec!["fd20:0:7::1".to_owned()])
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(40).saturating_sub(cut.elapsed())).await;
+    netns.link(true);
+    let healed = Instant::now();
+    eventually(Duration::from_secs(120), "its buckets back as ranked over three replicas", async || {
+        as_ranked(&fences(&hub).await, &three)
+    })
+    .await;
+    eprintln!("sharding: healed after {:?}: its buckets back in {:?}", healed.duration_since(cut), healed.elapsed());
+    let again = world::project_namespace(&backing, &hub, &p, &format!("{p}-healed"), Some("fd20:0:8::1")).await;
+    eventually(Duration::from_secs(30), "a change after the heal written", async || {
+        record(&hub, &again).await == Some(vec!["fd20:0:8::1".to_owned()])
+    })
+    .await;
+    hub_cp.assert_nothing_refused();
+    let added = [(ns, p.clone()), (again, p)];
+    audited(&hub_cp, &namespaces, &added, (&fence_audit::Deletions::new(), 0), PROJECTS + 2);
+}
