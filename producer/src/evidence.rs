@@ -94,10 +94,12 @@ pub enum Held {
     Unwritten,
     /// The project serves one of its addresses now: the record is about to name it again.
     Served,
+    /// Sharing: its project's bucket is another replica's (that one judges it).
+    Elsewhere,
 }
 
 impl Held {
-    pub const ALL: [Held; 4] = [Held::Unwatched, Held::Incomplete, Held::Unwritten, Held::Served];
+    pub const ALL: [Held; 5] = [Held::Unwatched, Held::Incomplete, Held::Unwritten, Held::Served, Held::Elsewhere];
 
     pub fn label(self) -> &'static str {
         match self {
@@ -105,6 +107,7 @@ impl Held {
             Held::Incomplete => "incomplete",
             Held::Unwritten => "unwritten",
             Held::Served => "served",
+            Held::Elsewhere => "elsewhere",
         }
     }
 }
@@ -125,6 +128,8 @@ fn hold(waiting: &Mutex<HashMap<String, Waiting>>, namespace: &str, why: Held, d
     let fresh = before.is_none_or(|(_, was)| was != why);
     if fresh && why == Held::Unwatched {
         tracing::warn!(hub_namespace = %namespace, "no engaged project owns this hub namespace; its copies are kept");
+    } else if fresh && why == Held::Elsewhere {
+        tracing::debug!(hub_namespace = %namespace, "another replica's project; its copies are that one's to judge");
     } else if fresh {
         tracing::info!(hub_namespace = %namespace, reason = why.label(), detail, "due copies kept meanwhile");
     }
@@ -193,6 +198,17 @@ impl Evidence {
         self.owner.as_ref().is_none_or(|o| o.holds(project))
     }
 
+    /// Sharing, a hub namespace no project watched here owns: is it another replica's? Yes when
+    /// its label names a project whose bucket this replica does not hold, or it has no label
+    /// (whichever replica watches the project with a namespace of that UID judges it).
+    fn elsewhere(&self, hub_ns: &str) -> bool {
+        let Some(owner) = &self.owner else { return false };
+        match self.view.upstream_cluster(hub_ns) {
+            Some(label) => label.strip_prefix("cluster-").is_some_and(|project| !owner.holds(project)),
+            None => true,
+        }
+    }
+
     /// Forget namespaces not asked about for [`FORGOTTEN`] (their copies went, or were named) and
     /// projects not looked at for as long (looked at afresh next time), at most once in that
     /// time: the judging path calls it, so neither map grows without a scrape.
@@ -224,12 +240,14 @@ impl Evidence {
                 .unwrap_or(false);
             return Some(if listing {
                 (Held::Incomplete, "its project is listing")
+            } else if self.elsewhere(hub_ns) {
+                (Held::Elsewhere, "another replica holds its project's bucket")
             } else {
                 (Held::Unwatched, "no engaged project owns it")
             });
         };
         if !self.holds(&project) {
-            return Some((Held::Unwatched, "another replica holds its project's bucket"));
+            return Some((Held::Elsewhere, "another replica holds its project's bucket"));
         }
         if !self.view.synced() {
             return Some((Held::Incomplete, "the hub's view is not synced"));
@@ -316,7 +334,7 @@ impl Gate for Evidence {
         let now = clock::now();
         let mut waiting = self.waiting.lock();
         let entry = waiting.get_mut(namespace);
-        let unwatched = entry.as_ref().is_some_and(|w| w.why == Held::Unwatched);
+        let unwatched = entry.as_ref().is_some_and(|w| matches!(w.why, Held::Unwatched | Held::Elsewhere));
         let first = entry.is_some_and(|w| std::mem::take(&mut w.fresh));
         drop(waiting);
         let recheck = if unwatched { RECHECK_UNWATCHED } else { RECHECK };

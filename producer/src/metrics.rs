@@ -76,7 +76,7 @@ impl Metrics {
         let held = registered(
             &mut registry,
             "producer_prune_held_namespaces",
-            "With --prune: hub namespaces whose due copies are kept, by reason: unwatched (no engaged project owns the namespace), incomplete (its project not whole for --withdraw-after + --grace), unwritten (its record's last write failed), served (an address is served again)",
+            "With --prune: hub namespaces whose due copies are kept, by reason: unwatched (no engaged project owns the namespace), incomplete (its project not whole for --withdraw-after + --grace), unwritten (its record's last write failed), served (an address is served again), elsewhere (sharing: another replica's project)",
         );
         let mismatched = registered(
             &mut registry,
