@@ -125,6 +125,19 @@ fn watch_deletions(hub: &Client) -> Arc<Mutex<fence_audit::Deletions>> {
     deleted
 }
 
+/// Until every bucket is held as ranked over `pods` (within 90 s).
+async fn until_ranked(hub: &Client, pods: &[&RunningPod]) {
+    let what = format!("every bucket held as ranked over {} replicas", pods.len());
+    eventually(Duration::from_secs(90), &what, async || as_ranked(&fences(hub).await, pods)).await;
+}
+
+/// A project whose bucket `pod` holds now (12 projects over three replicas: there is one).
+async fn a_project_of(hub: &Client, namespaces: &[(String, String, String)], pod: &RunningPod) -> String {
+    let fenced = fences(hub).await;
+    let holds = |p: &str| fenced.get(&shard::bucket(p)).is_some_and(|h| h.as_deref() == Some(pod.name.as_str()));
+    namespaces.iter().map(|(p, _, _)| p).find(|p| holds(p)).cloned().expect("a project of the replica")
+}
+
 /// deploy/ with components/producer-sharded, the test's shorter timings.
 async fn sharded(name: &str, hub_cp: &ControlPlane, backing_cp: &ControlPlane, milo: &Milo) -> Render {
     shipped::install_with_milo_and(name, hub_cp, backing_cp, milo, &["components/producer-sharded"], &FLAGS).await
@@ -232,10 +245,7 @@ async fn replicas_share_the_buckets_and_take_over_a_killed_one() {
     let handed = Instant::now();
     drop(solo);
     let three: Vec<&RunningPod> = pods.iter().collect();
-    eventually(Duration::from_secs(90), "every bucket held as ranked over three replicas", async || {
-        as_ranked(&fences(&hub).await, &three)
-    })
-    .await;
+    until_ranked(&hub, &three).await;
     // The replica whose clock is ahead writes its Lease's times 10 minutes ahead: it does run so.
     let leases: Api<Lease> = Api::namespaced(hub.clone(), "edgegate-system");
     let ahead = leases.get(&format!("edgegate-producer-member-{}", pods[2].name)).await.expect("its member Lease");
@@ -423,18 +433,10 @@ async fn paused(broken: bool) {
         pods.push(replica(&hub_cp, &render, i).await);
     }
     let three: Vec<&RunningPod> = pods.iter().collect();
-    eventually(Duration::from_secs(90), "every bucket held as ranked over three replicas", async || {
-        as_ranked(&fences(&hub).await, &three)
-    })
-    .await;
+    until_ranked(&hub, &three).await;
     // A project of the replica to be paused, whose change comes while it sleeps.
     let paused = &pods[0];
-    let fenced = fences(&hub).await;
-    let (p, _, _) = namespaces
-        .iter()
-        .find(|(p, _, _)| fenced.get(&shard::bucket(p)).is_some_and(|h| h.as_deref() == Some(paused.name.as_str())))
-        .cloned()
-        .expect("a project of the first replica (12 projects, three replicas)");
+    let p = a_project_of(&hub, &namespaces, paused).await;
     let signal = |sig: &str| {
         let status = std::process::Command::new("kill").args([sig, &paused.pid().to_string()]).status().expect("kill");
         assert!(status.success(), "kill {sig}");
@@ -540,17 +542,9 @@ async fn a_replica_cut_off_from_the_hub_writes_nothing_until_it_is_back() {
     let allowed = [Rewrite::ListenAddress, Rewrite::MountPath];
     pods.push(edgegate_system_tests::pod::run_in(&hub_cp, &render, "edgegate-producer", 2, &allowed, &netns).await);
     let three: Vec<&RunningPod> = pods.iter().collect();
-    eventually(Duration::from_secs(90), "every bucket held as ranked over three replicas", async || {
-        as_ranked(&fences(&hub).await, &three)
-    })
-    .await;
+    until_ranked(&hub, &three).await;
     let cut_off = &pods[2];
-    let fenced = fences(&hub).await;
-    let (p, _, _) = namespaces
-        .iter()
-        .find(|(p, _, _)| fenced.get(&shard::bucket(p)).is_some_and(|h| h.as_deref() == Some(cut_off.name.as_str())))
-        .cloned()
-        .expect("a project of the replica to be cut off (12 projects, three replicas)");
+    let p = a_project_of(&hub, &namespaces, cut_off).await;
 
     netns.link(false);
     let cut = Instant::now();
