@@ -20,6 +20,13 @@ use parking_lot::Mutex;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
+/// On every write of a Lease, which process wrote it (random, new in each process). A Lease that
+/// names this replica but another process wrote is not this one's to renew: a predecessor of
+/// the same name (a StatefulSet's Pod made again, a restarted container) may have written it
+/// moments ago, or a successor while this one was paused. It is taken, like anyone else's, once
+/// released or unchanged for its duration.
+pub const INSTANCE_ANNOTATION: &str = "edgegate.datumapis.com/instance";
+
 /// Which Lease, and who this replica is.
 #[derive(Clone, Debug)]
 pub struct LeaseConfig {
@@ -173,6 +180,7 @@ pub fn elect(
         config: config.clone(),
         grant,
         observed: None,
+        instance: format!("{:016x}", fastrand::u64(..)),
     };
     let run = elector.run(shutdown.clone());
     (leadership, super::supervise::essential("lease election", &shutdown, run))
@@ -185,6 +193,8 @@ struct Elector {
     /// The other holder's Lease as last seen, and when this replica first saw it so: another
     /// holder's Lease has expired when it has not changed for its duration by *this* clock.
     observed: Option<(String, Instant)>,
+    /// This process, in [`INSTANCE_ANNOTATION`].
+    instance: String,
 }
 
 impl Elector {
@@ -227,7 +237,7 @@ impl Elector {
         };
         let spec = lease.spec.clone().unwrap_or_default();
         let holder = spec.holder_identity.clone().filter(|h| !h.is_empty());
-        if holder.as_deref() == Some(self.config.identity.as_str()) {
+        if self.ours(&lease) {
             let mut renewed = spec;
             renewed.renew_time = Some(now());
             renewed.lease_duration_seconds = Some(self.duration_seconds());
@@ -236,6 +246,9 @@ impl Elector {
             return self.write(sent, self.api.replace(&self.config.name, &PostParams::default(), &lease).await);
         }
         if holder.is_some() && !self.expired(&lease, &spec) {
+            if holder.as_deref() == Some(self.config.identity.as_str()) && self.grant.leadership().is_leader() {
+                tracing::warn!(lease = %self.config.name, "another process of this name wrote the lease; not leading");
+            }
             self.grant.until(None);
             return Ok(());
         }
@@ -244,6 +257,13 @@ impl Elector {
         self.annotate(&mut lease.metadata);
         tracing::info!(lease = %self.config.name, previous = ?holder, "taking over the lease");
         self.write(sent, self.api.replace(&self.config.name, &PostParams::default(), &lease).await)
+    }
+
+    /// Does the Lease name this replica, written by this process?
+    fn ours(&self, lease: &Lease) -> bool {
+        let holder = lease.spec.as_ref().and_then(|s| s.holder_identity.as_deref());
+        holder == Some(self.config.identity.as_str())
+            && lease.metadata.annotations.as_ref().and_then(|a| a.get(INSTANCE_ANNOTATION)) == Some(&self.instance)
     }
 
     /// Has the other holder's Lease gone unrenewed for its duration, by this replica's clock?
@@ -288,10 +308,10 @@ impl Elector {
             return;
         }
         let Ok(Some(mut lease)) = self.api.get_opt(&self.config.name).await else { return };
-        let mut spec = lease.spec.clone().unwrap_or_default();
-        if spec.holder_identity.as_deref() != Some(self.config.identity.as_str()) {
+        if !self.ours(&lease) {
             return;
         }
+        let mut spec = lease.spec.clone().unwrap_or_default();
         spec.holder_identity = None;
         spec.lease_duration_seconds = Some(1);
         spec.renew_time = Some(now());
@@ -304,9 +324,11 @@ impl Elector {
 
     /// The configured annotations as they are now, over what the Lease had.
     fn annotate(&mut self, meta: &mut ObjectMeta) {
+        let written = meta.annotations.get_or_insert_default();
         if let Some(annotations) = &mut self.config.annotations {
-            meta.annotations.get_or_insert_default().extend(annotations.borrow_and_update().clone());
+            written.extend(annotations.borrow_and_update().clone());
         }
+        written.insert(INSTANCE_ANNOTATION.to_owned(), self.instance.clone());
     }
 
     fn spec(&self, at: MicroTime, transitions: i32) -> LeaseSpec {
