@@ -65,6 +65,14 @@ fn named<'a>(objects: &'a [Value], kind: &str, name: &str) -> Option<&'a Value> 
     objects.iter().find(|o| o["kind"] == kind && o["metadata"]["name"] == name)
 }
 
+/// What runs Pods: Deployments, and the producer's StatefulSet (components/producer-sharded).
+const WORKLOADS: [&str; 2] = ["Deployment", "StatefulSet"];
+
+/// The workload named `name`, whichever of [`WORKLOADS`] it is.
+fn workload<'a>(objects: &'a [Value], name: &str) -> Option<&'a Value> {
+    WORKLOADS.iter().find_map(|kind| named(objects, kind, name))
+}
+
 /// Does the Deployment run the producer with `--prune` (or `EDGEGATE_PRUNE=true`)?
 fn prunes(deployment: &Value) -> bool {
     let container = &deployment["spec"]["template"]["spec"]["containers"][0];
@@ -128,7 +136,7 @@ fn enforcement(objects: &[Value], found: &mut Vec<String>) {
     // What deletes copies: the pruner, or the producer with --prune (components/producer).
     let deleters: Vec<(&str, &Value)> = [
         named(objects, "Deployment", "edgegate-pruner").map(|d| ("the pruner", d)),
-        named(objects, "Deployment", "edgegate-producer").filter(|d| prunes(d)).map(|d| ("the producer", d)),
+        workload(objects, "edgegate-producer").filter(|d| prunes(d)).map(|d| ("the producer", d)),
     ]
     .into_iter()
     .flatten()
@@ -138,9 +146,12 @@ fn enforcement(objects: &[Value], found: &mut Vec<String>) {
         && setting(webhook, "EDGEGATE_MODE", "--mode") == Some("deny")
     {
         for (what, deployment) in deleters.iter().filter(|(_, d)| !deleting(d)) {
-            let name = deployment["metadata"]["name"].as_str().unwrap_or_default();
+            let (kind, name) = (
+                deployment["kind"].as_str().unwrap_or_default(),
+                deployment["metadata"]["name"].as_str().unwrap_or_default(),
+            );
             found.push(format!(
-                "the webhook refuses but {what} (Deployment {name}) only dry-runs: list components/producer before components/enforce"
+                "the webhook refuses but {what} ({kind} {name}) only dry-runs: list components/producer before components/enforce"
             ));
         }
     }
@@ -180,13 +191,14 @@ fn enforcement(objects: &[Value], found: &mut Vec<String>) {
 /// Every edgegate workload names a pullable image: components/images rewrites `edgegate` for what
 /// was rendered before it.
 fn images(objects: &[Value], found: &mut Vec<String>) {
-    for deployment in of_kind(objects, "Deployment") {
-        let name = deployment["metadata"]["name"].as_str().unwrap_or_default();
-        for container in deployment["spec"]["template"]["spec"]["containers"].as_array().into_iter().flatten() {
+    for workload in WORKLOADS.iter().flat_map(|kind| of_kind(objects, kind)) {
+        let (kind, name) =
+            (workload["kind"].as_str().unwrap_or_default(), workload["metadata"]["name"].as_str().unwrap_or_default());
+        for container in workload["spec"]["template"]["spec"]["containers"].as_array().into_iter().flatten() {
             let image = container["image"].as_str().unwrap_or_default();
             if image == "edgegate" || image.starts_with("edgegate:") || image.starts_with("edgegate@") {
                 found.push(format!(
-                    "Deployment {name} runs image {image:?}, which no registry serves: list components/images last"
+                    "{kind} {name} runs image {image:?}, which no registry serves: list components/images last"
                 ));
             }
         }
@@ -229,6 +241,24 @@ mod tests {
         let unpulled = deployment("edgegate-producer", "edgegate", json!([]));
         let found = problems(&[injected, pruner, unpulled]);
         assert!(found.len() == 1 && found[0].contains("components/images last"), "{found:?}");
+    }
+
+    /// components/producer-sharded makes the producer a StatefulSet: checked as its Deployment was.
+    #[test]
+    fn the_producers_statefulset_is_checked_as_its_deployment() {
+        let webhook = deployment(
+            "edgegate-webhook",
+            "ghcr.io/x/edgegate:v1",
+            json!([{"name": "EDGEGATE_MODE", "value": "deny"}]),
+        );
+        let mut producer =
+            deployment("edgegate-producer", "edgegate", json!([{"name": "EDGEGATE_DRY_RUN", "value": "true"}]));
+        producer["kind"] = json!("StatefulSet");
+        producer["spec"]["template"]["spec"]["containers"][0]["args"] = json!(["--prune"]);
+        let found = problems(&[webhook, producer]);
+        assert!(found.len() == 2, "{found:?}");
+        assert!(found[0].contains("the producer (StatefulSet edgegate-producer) only dry-runs"), "{found:?}");
+        assert!(found[1].contains("StatefulSet edgegate-producer runs image \"edgegate\""), "{found:?}");
     }
 
     #[test]

@@ -11,7 +11,10 @@
 //! test keeps ([`Deletions`]).
 //!
 //! Writers are told apart by their Pod-bound ServiceAccount tokens: the API server puts the Pod's
-//! name in the user's extra `authentication.kubernetes.io/pod-name`.
+//! name and uid in the user's extra (`authentication.kubernetes.io/pod-name`, `…/pod-uid`). A
+//! fence names a Pod by name only; the auditor takes its uid from the write that named it (a
+//! replica takes a fence itself), so a Pod made again under the same name (a StatefulSet's) is
+//! another writer, and writes inside its predecessor's window count.
 //!
 //! [`ControlPlane`]: crate::control_plane::ControlPlane
 
@@ -68,13 +71,13 @@ pub fn audit(log: &str, project_of: &BTreeMap<String, String>, deleted: &Deletio
         let verb = event["verb"].as_str().unwrap_or_default();
         let object = &event["objectRef"];
         if verb == "delete" && object["resource"] == "endpointslices" {
-            let writer = event["user"]["extra"]["authentication.kubernetes.io/pod-name"][0].as_str();
+            let writer = pod(&event);
             let (namespace, name) = (object["namespace"].as_str(), object["name"].as_str());
             if let (Some(writer), Some(namespace), Some(name)) = (writer, namespace, name) {
                 let revision = deleted.get(&(namespace.to_owned(), name.to_owned())).copied();
                 // A DELETE the watch did not see end (it did not happen): nothing to check.
                 if let Some(revision) = revision {
-                    writes.push((revision, "delete", writer.to_owned(), namespace.to_owned()));
+                    writes.push((revision, "delete", writer, namespace.to_owned()));
                 }
             }
             continue;
@@ -91,7 +94,11 @@ pub fn audit(log: &str, project_of: &BTreeMap<String, String>, deleted: &Deletio
             Some("leases") => {
                 let name = object["name"].as_str().unwrap_or_default();
                 let holder = event["responseObject"]["spec"]["holderIdentity"].as_str().map(str::to_owned);
-                let holder = holder.filter(|h| !h.is_empty());
+                // The Pod named, as the one that wrote it (itself, taking it).
+                let holder = holder.filter(|h| !h.is_empty()).map(|h| match pod(&event) {
+                    Some(writer) if writer.strip_prefix(h.as_str()).is_some_and(|uid| uid.starts_with('/')) => writer,
+                    _ => h,
+                });
                 if name == SINGLE_LEASE {
                     single.push((revision, holder));
                 } else if let Some(bucket) = name.strip_prefix(FENCE_PREFIX).and_then(|b| b.parse().ok()) {
@@ -99,11 +106,9 @@ pub fn audit(log: &str, project_of: &BTreeMap<String, String>, deleted: &Deletio
                 }
             }
             Some("edgereachabilities") => {
-                let Some(writer) = event["user"]["extra"]["authentication.kubernetes.io/pod-name"][0].as_str() else {
-                    continue;
-                };
+                let Some(writer) = pod(&event) else { continue };
                 let namespace = object["namespace"].as_str().unwrap_or_default().to_owned();
-                writes.push((revision, "patch", writer.to_owned(), namespace));
+                writes.push((revision, "patch", writer, namespace));
             }
             _ => {}
         }
@@ -131,6 +136,14 @@ pub fn audit(log: &str, project_of: &BTreeMap<String, String>, deleted: &Deletio
     audit
 }
 
+/// Who sent a request: `<pod name>/<pod uid>`, from its Pod-bound token.
+fn pod(event: &Value) -> Option<String> {
+    let extra = &event["user"]["extra"];
+    let name = extra["authentication.kubernetes.io/pod-name"][0].as_str()?;
+    let uid = extra["authentication.kubernetes.io/pod-uid"][0].as_str().unwrap_or_default();
+    Some(format!("{name}/{uid}"))
+}
+
 /// Whom a Lease (its changes, in revision order) named just before `revision`.
 fn at(changes: &[(u64, Option<String>)], revision: u64) -> Option<String> {
     changes.iter().take_while(|(r, _)| *r < revision).last().and_then(|(_, h)| h.clone())
@@ -145,23 +158,31 @@ mod tests {
         lease(&format!("{FENCE_PREFIX}{bucket}"), revision, holder)
     }
 
+    /// The token's extra of Pod `pod`: `name` (uid 1) or `name@uid` (the Pod made again).
+    fn user(pod: &str) -> Value {
+        let (name, uid) = pod.split_once('@').unwrap_or((pod, "1"));
+        json!({"extra": {"authentication.kubernetes.io/pod-name": [name], "authentication.kubernetes.io/pod-uid": [uid]}})
+    }
+
+    /// A Lease written by the Pod it names (`name` or `name@uid`), or released.
     fn lease(name: &str, revision: u64, holder: Option<&str>) -> String {
+        let named = holder.map(|h| h.split_once('@').map_or(h, |(n, _)| n));
         json!({"stage": "ResponseComplete", "verb": "update", "responseStatus": {"code": 200},
-            "objectRef": {"resource": "leases", "name": name},
-            "responseObject": {"metadata": {"resourceVersion": revision.to_string()}, "spec": {"holderIdentity": holder}}})
+            "user": holder.map(user), "objectRef": {"resource": "leases", "name": name},
+            "responseObject": {"metadata": {"resourceVersion": revision.to_string()}, "spec": {"holderIdentity": named}}})
         .to_string()
     }
 
     fn delete(pod: &str, namespace: &str, name: &str) -> String {
         json!({"stage": "ResponseComplete", "verb": "delete", "responseStatus": {"code": 200},
-            "user": {"extra": {"authentication.kubernetes.io/pod-name": [pod]}},
+            "user": user(pod),
             "objectRef": {"resource": "endpointslices", "namespace": namespace, "name": name}})
         .to_string()
     }
 
     fn write(revision: u64, pod: &str, namespace: &str) -> String {
         json!({"stage": "ResponseComplete", "verb": "patch", "responseStatus": {"code": 200},
-            "user": {"extra": {"authentication.kubernetes.io/pod-name": [pod]}},
+            "user": user(pod),
             "objectRef": {"resource": "edgereachabilities", "namespace": namespace},
             "responseObject": {"metadata": {"resourceVersion": revision.to_string()}}})
         .to_string()
@@ -195,16 +216,29 @@ mod tests {
             delete("two", "ns-a", "inside"),  // two deletes a copy while it holds the bucket
             delete("one", "ns-a", "outside"), // one deletes another while two holds it
             delete("one", "ns-a", "refused"), // a DELETE the watch never saw end: not checked
+            fence(b, 50, Some("one@2")),      // Pod one made again takes it (its predecessor gone)
+            write(51, "one", "ns-a"),         // the predecessor writes: another writer
+            write(52, "one@2", "ns-a"),       // inside
         ]
         .join("\n");
         let deleted =
             Deletions::from([(("ns-a".into(), "inside".into()), 40), (("ns-a".into(), "outside".into()), 41)]);
         let audit = audit(&log, &projects, &deleted);
-        assert_eq!((audit.writes, audit.deletes), (10, 2));
+        assert_eq!((audit.writes, audit.deletes), (12, 2));
         let counted: Vec<(u64, &str)> = audit.overlaps.iter().map(|o| (o.revision, o.writer.as_str())).collect();
         assert_eq!(
             counted,
-            [(5, "one"), (12, "two"), (21, "one"), (25, "one"), (31, "solo"), (32, "two"), (36, "solo"), (41, "one")]
+            [
+                (5, "one/1"),
+                (12, "two/1"),
+                (21, "one/1"),
+                (25, "one/1"),
+                (31, "solo/1"),
+                (32, "two/1"),
+                (36, "solo/1"),
+                (41, "one/1"),
+                (51, "one/1")
+            ]
         );
     }
 }

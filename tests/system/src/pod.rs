@@ -1,4 +1,4 @@
-//! A rendered Deployment run the way a kubelet runs its Pod, without containers: the container's
+//! A rendered Deployment (or StatefulSet) run the way a kubelet runs its Pod, without containers: the container's
 //! `command` and `args`, its `env` (values, and the Pod's name and namespace for `fieldRef`s),
 //! and the credentials of **its own ServiceAccount** (a token bound to a Pod object created for
 //! it), so a suite runs what deploy/ ships and not flags or credentials of its own choosing.
@@ -38,8 +38,9 @@
 //! the test's working directory; a stop is SIGTERM, then SIGKILL after 3 s (no `preStop`, no
 //! `terminationGracePeriodSeconds`); the liveness probe is not run; the Pod's token is requested
 //! for a day rather than renewed; a process killed is not restarted in its Pod: a test starts a
-//! new Pod (a new name), as a ReplicaSet replaces a deleted one, so the in-place restart of a
-//! crashed container (same Pod name, its own Lease taken back at once) is not exercised. A Pod
+//! new Pod, as a ReplicaSet replaces a deleted one (a new name) or a StatefulSet does (the same
+//! name, `<name>-<ordinal>`, once the one before is gone), so the in-place restart of a crashed
+//! container is not exercised. A Pod
 //! object is deleted when its process is dropped (marked terminating, the process stopped, then
 //! deleted for good, as a kubelet confirms a deletion).
 
@@ -84,6 +85,15 @@ impl Render {
     /// The rendered object of `kind` named `name`.
     pub fn get(&self, kind: &str, name: &str) -> &Value {
         find(&self.objects, kind, name)
+    }
+
+    /// The rendered workload named `name`: a Deployment, or a StatefulSet
+    /// (components/producer-sharded makes the producer's one).
+    pub fn workload(&self, name: &str) -> &Value {
+        self.objects
+            .iter()
+            .find(|o| (o["kind"] == "Deployment" || o["kind"] == "StatefulSet") && o["metadata"]["name"] == name)
+            .unwrap_or_else(|| panic!("no Deployment or StatefulSet {name} in the rendered manifests"))
     }
 
     /// Apply (server-side, as the docs do) the rendered objects `keep` selects, unchanged.
@@ -223,7 +233,7 @@ impl RunningPod {
     }
 }
 
-/// Run replica `replica` of the Deployment `deployment` of `render` (already applied): create
+/// Run replica `replica` of the Deployment or StatefulSet `deployment` of `render` (already applied): create
 /// its Pod object, request its ServiceAccount's token bound to that Pod, and start its first
 /// container's command as a kubelet would, with only the rewrites `allowed` lists.
 pub async fn run(
@@ -274,8 +284,8 @@ async fn run_placed(
     netns: Option<&NetNs>,
     volume_delay: Duration,
 ) -> RunningPod {
-    let object = render.get("Deployment", deployment);
-    let namespace = object["metadata"]["namespace"].as_str().expect("Deployment namespace").to_owned();
+    let object = render.workload(deployment);
+    let namespace = object["metadata"]["namespace"].as_str().expect("workload namespace").to_owned();
     let template = &object["spec"]["template"];
     let spec = &template["spec"];
     // What the runner cannot do as a kubelet would, it refuses rather than skips.
@@ -299,7 +309,11 @@ async fn run_placed(
     // a mounted kubeconfig) the Pod gets no credentials of its own.
     let automount = spec["automountServiceAccountToken"].as_bool() != Some(false);
     let account = spec["serviceAccountName"].as_str().unwrap_or("default").to_owned();
-    let name = format!("{deployment}-{replica}-{}", unique());
+    // A StatefulSet's Pod is named by its ordinal, the same each time it is made again; a
+    // Deployment's never twice.
+    let stateful = object["kind"] == "StatefulSet";
+    let name =
+        if stateful { format!("{deployment}-{replica}") } else { format!("{deployment}-{replica}-{}", unique()) };
     let client = cp.client().await;
 
     // The Pod object, as the ReplicaSet controller would create it (what the token is bound to).
@@ -315,7 +329,16 @@ async fn run_placed(
         "spec": spec_on_node,
     });
     let pod: Pod = serde_json::from_value(pod).expect("pod");
-    let pod = pods.create(&PostParams::default(), &pod).await.expect("create Pod");
+    // As the StatefulSet controller, only once the Pod of that name before it is gone.
+    let started = std::time::Instant::now();
+    let pod = loop {
+        match pods.create(&PostParams::default(), &pod).await {
+            Err(kube::Error::Api(e)) if e.code == 409 && stateful && started.elapsed() < Duration::from_secs(60) => {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            created => break created.expect("create Pod"),
+        }
+    };
     let uid = pod.metadata.uid.clone().expect("pod uid");
 
     let mut kubeconfig =

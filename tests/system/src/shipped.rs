@@ -32,7 +32,7 @@ impl Render {
         let shipped = Render::of(&kustomization_with(name, resources, components, ""));
         let mut patches = String::from("patches:\n");
         for (deployment, set) in flags.iter().filter(|(_, set)| !set.is_empty()) {
-            let args = shipped.get("Deployment", deployment)["spec"]["template"]["spec"]["containers"][0]["args"]
+            let args = shipped.workload(deployment)["spec"]["template"]["spec"]["containers"][0]["args"]
                 .as_array()
                 .cloned()
                 .unwrap_or_default();
@@ -50,7 +50,7 @@ impl Render {
                 })
                 .collect();
             patches.push_str(&format!(
-                "  - target: {{kind: Deployment, name: {deployment}}}\n    patch: '{}'\n",
+                "  - target: {{group: apps, name: {deployment}}}\n    patch: '{}'\n",
                 serde_json::to_string(&ops).expect("json").replace('\'', "''")
             ));
         }

@@ -674,6 +674,34 @@ fn producer_component_adds_the_producer_with_exact_rbac() {
     assert_eq!(rules_of(find(&objects, "ClusterRole", "edgegate-producer-milo")), expected(PRODUCER_MILO));
 }
 
+/// components/producer-sharded makes the producer a StatefulSet of three sharing replicas, listed
+/// before or after components/enforce: the components that patch the producer select it by group,
+/// so it deletes (not dry-runs) either way, and runs a pinned image.
+#[test]
+fn producer_sharded_is_a_statefulset_whatever_the_order() {
+    let last = ["components/producer", "components/producer-milo", "components/enforce", "components/producer-sharded"];
+    let first =
+        ["components/producer", "components/producer-sharded", "components/producer-milo", "components/enforce"];
+    for (name, order) in [("sharded-last", last), ("sharded-first", first)] {
+        let components: Vec<&str> =
+            ["components/cert-manager"].into_iter().chain(order).chain(["components/images"]).collect();
+        let objects = compose(name, &["base"], &components);
+        assert!(!objects.iter().any(|o| o["kind"] == "Deployment" && o["metadata"]["name"] == "edgegate-producer"));
+        let producer = find(&objects, "StatefulSet", "edgegate-producer");
+        assert_eq!(producer["spec"]["replicas"], 3, "{name}");
+        assert_eq!(producer["spec"]["podManagementPolicy"], "Parallel", "{name}");
+        assert_eq!(env(producer, "EDGEGATE_SHARD"), "true", "{name}");
+        assert_eq!(env(producer, "EDGEGATE_DRY_RUN"), "false", "{name}: components/enforce reached it");
+        let args = producer["spec"]["template"]["spec"]["containers"][0]["args"].to_string();
+        assert!(args.contains("--milo-kubeconfig="), "{name}: components/producer-milo reached it: {args}");
+        assert_ne!(producer["spec"]["template"]["spec"]["containers"][0]["image"], "edgegate", "{name}");
+        let budget = find(&objects, "PodDisruptionBudget", "edgegate-producer");
+        assert_eq!(budget["spec"]["selector"]["matchLabels"], producer["spec"]["selector"]["matchLabels"]);
+        let (passed, said) = render_check(&objects);
+        assert!(passed, "{name}: {said}");
+    }
+}
+
 #[test]
 fn monitoring_component_adds_rules_monitors_and_the_dashboard() {
     let objects =

@@ -69,7 +69,7 @@ async fn emergency_off_lets_copy_writes_through_at_once() {
 }
 
 /// What docs/deploy.md's emergency command deletes, by the label `edgegate.datumapis.com/enforces`.
-const EMERGENCY_KINDS: &str = "validatingwebhookconfigurations,mutatingwebhookconfigurations,validatingadmissionpolicybindings,validatingadmissionpolicies,deployments";
+const EMERGENCY_KINDS: &str = "validatingwebhookconfigurations,mutatingwebhookconfigurations,validatingadmissionpolicybindings,validatingadmissionpolicies,deployments,statefulsets";
 
 /// With components/policy the API server refuses by itself; the same emergency command stops it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

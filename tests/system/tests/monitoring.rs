@@ -177,7 +177,8 @@ async fn every_metric_the_alerts_and_dashboard_use_is_exported() {
     let host = Render::of(&kustomization_with("monitoring-karmada-host", &["overlays/karmada-hub/host"], &[], ""));
     let karmada_pruner = run(&cp, &host, "edgegate-pruner", 0, &both).await;
     // The producer sharing its projects (components/producer-sharded): the buckets' series the
-    // ownership alert reads. Its render differs from the one applied only in the Deployment.
+    // ownership alert reads. Its render differs from the one applied only in the producer's
+    // workload, a StatefulSet there.
     let sharded = Render::of(&kustomization_with(
         "monitoring-sharded",
         &["base"],
@@ -190,7 +191,7 @@ async fn every_metric_the_alerts_and_dashboard_use_is_exported() {
         ],
         "",
     ));
-    sharded.apply(&cp, |o| o["kind"] == "Deployment" && o["metadata"]["name"] == "edgegate-producer");
+    sharded.apply(&cp, |o| o["kind"] == "StatefulSet" && o["metadata"]["name"] == "edgegate-producer");
     let sharing = run(&cp, &sharded, "edgegate-producer", 1, &both).await;
     let mut scrapes = String::new();
     for (what, pod) in [

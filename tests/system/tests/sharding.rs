@@ -125,6 +125,35 @@ fn watch_deletions(hub: &Client) -> Arc<Mutex<fence_audit::Deletions>> {
     deleted
 }
 
+/// Each bucket's fence Lease's resourceVersion now: what changes when it is taken.
+async fn fence_versions(hub: &Client) -> BTreeMap<Bucket, String> {
+    let leases: Api<Lease> = Api::namespaced(hub.clone(), "edgegate-system");
+    let listed = leases.list(&Default::default()).await.expect("list leases");
+    listed
+        .into_iter()
+        .filter_map(|l| {
+            let b = l.metadata.name.as_deref()?.strip_prefix("edgegate-producer-bucket-")?.parse().ok()?;
+            Some((b, l.metadata.resource_version?))
+        })
+        .collect()
+}
+
+/// Which process last wrote the member Lease of the replica named `name`.
+async fn member_instance(hub: &Client, name: &str) -> Option<String> {
+    let leases: Api<Lease> = Api::namespaced(hub.clone(), "edgegate-system");
+    let lease = leases.get_opt(&format!("edgegate-producer-member-{name}")).await.expect("get lease")?;
+    lease.metadata.annotations?.get(edgegate::runtime::lease::INSTANCE_ANNOTATION).cloned()
+}
+
+/// Until process `pid` has exited (within 30 s).
+async fn exited(pid: u32) {
+    eventually(Duration::from_secs(30), "the stopped replica exited", async || {
+        !std::path::Path::new(&format!("/proc/{pid}")).exists()
+            || std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| s.contains(") Z "))
+    })
+    .await;
+}
+
 /// Until every bucket is held as ranked over `pods` (within 90 s).
 async fn until_ranked(hub: &Client, pods: &[&RunningPod]) {
     let what = format!("every bucket held as ranked over {} replicas", pods.len());
@@ -295,9 +324,9 @@ async fn replicas_share_the_buckets_and_take_over_a_killed_one() {
         create(&hub, ns, &slice("sharding", "unserved", true, &[&address]), false).await.expect("an unserved copy");
     }
 
-    // One of the first three stopped (SIGTERM, as a scale-in or a rolling update does): it hands
-    // its buckets to their owners, each once that one has listed its projects, and exits.
-    let leaving = pods.remove(1);
+    // Scaled in (4 → 3): the StatefulSet stops its last Pod (SIGTERM), which hands its buckets to
+    // their owners, each once that one has listed its projects, and exits.
+    let leaving = pods.pop().expect("the fourth");
     let leaver = leaving.name.clone();
     let before = fences(&hub).await;
     let held = held_by(&before, &leaving);
@@ -307,11 +336,7 @@ async fn replicas_share_the_buckets_and_take_over_a_killed_one() {
     assert!(status.success());
     let remaining: Vec<&RunningPod> = pods.iter().collect();
     let (history, settled) = follow_moves(&hub, &before, &remaining, stopping).await;
-    eventually(Duration::from_secs(30), "the stopped replica exited", async || {
-        !std::path::Path::new(&format!("/proc/{pid}")).exists()
-            || std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| s.contains(") Z "))
-    })
-    .await;
+    exited(pid).await;
     let gone = stopping.elapsed();
     let (moved, longest_unheld) = moves(&history, |holders| {
         holders[0] == Some(leaver.as_str()) && holders[1..].iter().all(|h| *h != Some(leaver.as_str()))
@@ -327,24 +352,47 @@ async fn replicas_share_the_buckets_and_take_over_a_killed_one() {
     assert!(handover.contains("\"cold\":0"), "some buckets went over cold: {handover}");
     drop(leaving);
 
-    // Killed: its buckets taken back once its member Lease has gone unrenewed for its duration.
-    let killed = pods.pop().expect("the fourth");
-    let held = held_by(&fences(&hub).await, &killed);
+    // Killed (SIGKILL), and its Pod made again at once under the same name (as its kubelet
+    // restarts the container, or the StatefulSet the Pod): the new process does not renew its
+    // predecessor's member Lease, so the others take its buckets once that Lease has gone
+    // unrenewed for its duration, and it takes them back after.
+    let killed = pods.remove(1);
+    let (name, fenced) = (killed.name.clone(), fences(&hub).await);
+    let versions = fence_versions(&hub).await;
+    let its: Vec<Bucket> =
+        fenced.iter().filter(|(_, h)| h.as_deref() == Some(name.as_str())).map(|(b, _)| *b).collect();
+    let instance = member_instance(&hub, &name).await;
     let pid = killed.pid();
     let status = std::process::Command::new("kill").args(["-KILL", &pid.to_string()]).status().expect("kill");
     assert!(status.success());
     let kill = Instant::now();
-    let two: Vec<&RunningPod> = pods.iter().collect();
+    exited(pid).await;
+    drop(killed);
+    pods.insert(1, replica(&hub_cp, &render, 1).await);
+    let (mut taken, mut renewed) = (None, None);
     eventually(Duration::from_secs(90), "the killed replica's buckets taken over", async || {
-        as_ranked(&fences(&hub).await, &two)
+        if renewed.is_none() && member_instance(&hub, &name).await != instance {
+            renewed = Some(kill.elapsed());
+        }
+        let now = fence_versions(&hub).await;
+        if taken.is_none() && its.iter().all(|b| now.get(b) != versions.get(b)) {
+            taken = Some(kill.elapsed());
+        }
+        taken.is_some() && renewed.is_some()
     })
     .await;
-    let took = kill.elapsed();
+    let (taken, renewed) = (taken.unwrap_or_default(), renewed.unwrap_or_default());
+    let three: Vec<&RunningPod> = pods.iter().collect();
+    until_ranked(&hub, &three).await;
+    let back = kill.elapsed();
     eprintln!(
-        "sharding: SIGKILL of a replica holding {held} buckets → all taken over in {took:?} (bound 20 s + a look)"
+        "sharding: SIGKILL of a replica holding {} buckets, its Pod made again at once: all taken over in {taken:?} \
+         (bound 20 s + a look); its member Lease written by the new process {renewed:?} after the kill (not before \
+         the old one's 16 s, less a renewal); every bucket back as ranked over three {back:?} after",
+        its.len()
     );
-    assert!(took <= Duration::from_secs(22), "taken over in {took:?}");
-    drop(killed);
+    assert!(taken <= Duration::from_secs(22), "taken over in {taken:?}");
+    assert!(renewed >= Duration::from_secs(12), "the new process renewed its predecessor's Lease after {renewed:?}");
 
     // A project whose bucket moved twice is written by its owner now.
     let (p, _, _) = namespaces
@@ -364,30 +412,34 @@ async fn replicas_share_the_buckets_and_take_over_a_killed_one() {
     .await;
     eprintln!("sharding: a namespace added to {p} after the moves written in {:?}", added.elapsed());
 
-    // A rolling restart of the replicas left, as a Deployment rolls them: a new Pod first, then
-    // an old one stopped (SIGTERM), one at a time.
+    // A rolling restart, as a StatefulSet rolls its Pods: the last first, each stopped (SIGTERM,
+    // its buckets handed over) and made again under its name (taking them back), one at a time.
     let rolling = Instant::now();
     let mut longest_unheld = Duration::ZERO;
-    for k in 0..pods.len() {
-        let old = pods.remove(0);
-        pods.push(replica(&hub_cp, &render, 10 + k).await);
-        let with_new: Vec<&RunningPod> = pods.iter().chain([&old]).collect();
-        let (history, _) = follow_moves(&hub, &fences(&hub).await, &with_new, Instant::now()).await;
-        longest_unheld = longest_unheld.max(moves(&history, |_| true).1);
+    for k in (0..pods.len()).rev() {
+        let old = pods.remove(k);
         let status = std::process::Command::new("kill").args(["-TERM", &old.pid().to_string()]).status().expect("kill");
         assert!(status.success());
-        let without: Vec<&RunningPod> = pods.iter().collect();
-        let (history, _) = follow_moves(&hub, &fences(&hub).await, &without, Instant::now()).await;
+        let others: Vec<&RunningPod> = pods.iter().collect();
+        let (history, _) = follow_moves(&hub, &fences(&hub).await, &others, Instant::now()).await;
         let (_, unheld) = moves(&history, |holders| holders[1..].iter().all(|h| *h != Some(old.name.as_str())));
         longest_unheld = longest_unheld.max(unheld);
         let handover = handover_line(&old).await;
         assert!(handover.contains("\"cold\":0"), "some buckets went over cold in the rollout: {handover}");
+        exited(old.pid()).await;
         drop(old);
+        pods.insert(k, replica(&hub_cp, &render, k).await);
+        let again: Vec<&RunningPod> = pods.iter().collect();
+        let (history, _) = follow_moves(&hub, &fences(&hub).await, &again, Instant::now()).await;
+        longest_unheld = longest_unheld.max(moves(&history, |_| true).1);
     }
+    let after = fences(&hub).await;
     eprintln!(
-        "sharding: rolling restart of {} replicas in {:?}; longest a bucket went unheld: {longest_unheld:?} (bound 5 s)",
+        "sharding: rolling restart of {} replicas in {:?}; longest a bucket went unheld: {longest_unheld:?} (bound 5 s); \
+         each holds {:?} of {BUCKETS}, as before it",
         pods.len(),
-        rolling.elapsed()
+        rolling.elapsed(),
+        pods.iter().map(|p| held_by(&after, p)).collect::<Vec<_>>()
     );
     assert!(longest_unheld <= Duration::from_secs(5), "a bucket unheld for {longest_unheld:?} in the rollout");
     hub_cp.assert_nothing_refused();
