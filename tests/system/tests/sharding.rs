@@ -418,7 +418,8 @@ async fn replicas_share_the_buckets_and_take_over_a_killed_one() {
     let mut longest_unheld = Duration::ZERO;
     for k in (0..pods.len()).rev() {
         let old = pods.remove(k);
-        let status = std::process::Command::new("kill").args(["-TERM", &old.pid().to_string()]).status().expect("kill");
+        let pid = old.pid();
+        let status = std::process::Command::new("kill").args(["-TERM", &pid.to_string()]).status().expect("kill");
         assert!(status.success());
         let others: Vec<&RunningPod> = pods.iter().collect();
         let (history, _) = follow_moves(&hub, &fences(&hub).await, &others, Instant::now()).await;
@@ -426,7 +427,7 @@ async fn replicas_share_the_buckets_and_take_over_a_killed_one() {
         longest_unheld = longest_unheld.max(unheld);
         let handover = handover_line(&old).await;
         assert!(handover.contains("\"cold\":0"), "some buckets went over cold in the rollout: {handover}");
-        exited(old.pid()).await;
+        exited(pid).await;
         drop(old);
         pods.insert(k, replica(&hub_cp, &render, k).await);
         let again: Vec<&RunningPod> = pods.iter().collect();
