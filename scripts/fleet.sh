@@ -11,7 +11,8 @@
 #                                          (defaults 1,000; 600; silent)
 #   scripts/fleet.sh --sharded [--projects N]
 #       three replicas sharing the projects (components/producer-sharded): each one's share, RSS
-#       and sockets, and a replica killed: its projects taken over and whole again
+#       and sockets; a replica stopped: its handover; a replica killed: its projects taken over
+#       and whole again
 #
 # Release binaries; loopback only; every wait is bounded.
 set -euo pipefail

@@ -202,6 +202,7 @@ user karmada-host-enforce "overlays/karmada-hub/host" "enforce"
 user karmada-hub-without-crd "overlays/karmada-hub/hub" "without-crd"
 user enforce-policy "base" "policy cert-manager enforce images"
 user enforce-ca-keeper-trim "base" "trim cert-manager ca-keeper enforce images"
+user enforce-producer-sharded "base" "producer producer-milo producer-sharded cert-manager enforce images"
 
 renders=(
   deploy/overlays/observe
@@ -218,6 +219,7 @@ renders=(
   user/karmada-hub-without-crd
   user/enforce-policy
   user/enforce-ca-keeper-trim
+  user/enforce-producer-sharded
 )
 
 # Every non-zero leaf the render sent that the server's answer lacks, per object (zero values:

@@ -351,7 +351,8 @@ impl Gate for Evidence {
     }
 
     fn still_ours(&self, deletion: &Deletion) -> bool {
-        self.owner.is_none() || self.owner(&deletion.namespace).is_some_and(|(project, _, _)| self.holds(&project))
+        let Some(ownership) = &self.owner else { return true };
+        self.owner(&deletion.namespace).is_some_and(|(project, _, _)| ownership.deletes(&project))
     }
 
     fn confirm(&self, deletion: &Deletion) -> futures::future::BoxFuture<'static, bool> {

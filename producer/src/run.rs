@@ -187,9 +187,12 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
 /// the Pod's `terminationGracePeriodSeconds` (30 s in components/producer-sharded).
 const HAND_OVER_WITHIN: std::time::Duration = std::time::Duration::from_secs(20);
 
-/// SIGTERM, sharing: say so on the member Lease, and keep writing until every bucket has been
-/// handed to its owner (each once that one has listed its projects), or [`HAND_OVER_WITHIN`].
+/// SIGTERM, sharing: delete nothing more, say so on the member Lease, and keep writing records
+/// until every bucket has been handed to its owner (each once that one has listed its projects),
+/// nobody is left to take one (every replica stopping at once: an emergency off, a deletion of
+/// the StatefulSet), or [`HAND_OVER_WITHIN`].
 async fn hand_over(owner: edgegate::runtime::shard::Ownership, leave: tokio::sync::watch::Sender<bool>) {
+    owner.stop_deleting();
     let held = owner.held().len();
     let started = edgegate::runtime::clock::now();
     leave.send_replace(true);
@@ -197,7 +200,7 @@ async fn hand_over(owner: edgegate::runtime::shard::Ownership, leave: tokio::syn
     loop {
         let left = owner.held().len();
         let took = edgegate::runtime::clock::since(started);
-        if left == 0 || took >= HAND_OVER_WITHIN {
+        if left == 0 || owner.successors() == 0 || took >= HAND_OVER_WITHIN {
             tracing::info!(
                 handed = held.saturating_sub(left),
                 cold = left,

@@ -245,8 +245,14 @@ impl Elector {
             self.annotate(&mut lease.metadata);
             return self.write(sent, self.api.replace(&self.config.name, &PostParams::default(), &lease).await);
         }
-        if holder.is_some() && !self.expired(&lease, &spec) {
-            if holder.as_deref() == Some(self.config.identity.as_str()) && self.grant.leadership().is_leader() {
+        // A Lease naming this replica that another process wrote: its predecessor's, just killed,
+        // say. Two looks longer than anyone else's, so that the other replicas, who saw its last
+        // renewal first, count it gone first (a sharing producer's buckets are then taken over
+        // by them, not left to wait for this one to settle).
+        let own_name = holder.as_deref() == Some(self.config.identity.as_str());
+        let longer = if own_name { 2 * self.config.look_every() } else { Duration::ZERO };
+        if holder.is_some() && !self.expired(&lease, &spec, longer) {
+            if own_name && self.grant.leadership().is_leader() {
                 tracing::warn!(lease = %self.config.name, "another process of this name wrote the lease; not leading");
             }
             self.grant.until(None);
@@ -266,8 +272,9 @@ impl Elector {
             && lease.metadata.annotations.as_ref().and_then(|a| a.get(INSTANCE_ANNOTATION)) == Some(&self.instance)
     }
 
-    /// Has the other holder's Lease gone unrenewed for its duration, by this replica's clock?
-    fn expired(&mut self, lease: &Lease, spec: &LeaseSpec) -> bool {
+    /// Has the other holder's Lease gone unrenewed for its duration (and `longer`), by this
+    /// replica's clock?
+    fn expired(&mut self, lease: &Lease, spec: &LeaseSpec, longer: Duration) -> bool {
         let version = lease.metadata.resource_version.clone().unwrap_or_default();
         let first_seen = match &self.observed {
             Some((seen, at)) if *seen == version => *at,
@@ -277,7 +284,7 @@ impl Elector {
             }
         };
         let duration = Duration::from_secs(u64::try_from(spec.lease_duration_seconds.unwrap_or(0)).unwrap_or(0));
-        super::clock::since(first_seen) > duration
+        super::clock::since(first_seen) > duration + longer
     }
 
     /// A create or replace answered: on success this replica leads until `sent` + duration −

@@ -89,6 +89,12 @@ pub struct Ownership {
     /// Only with [`ShardConfig::unfenced`]: every bucket this replica ever took, which it then
     /// "holds" whatever its deadline and its fences say.
     unfenced: Option<Arc<Mutex<BTreeSet<Bucket>>>>,
+    /// Stopping: no copy is deleted any more (records are still written while buckets are handed
+    /// over).
+    stopping: Arc<std::sync::atomic::AtomicBool>,
+    /// How many other members are live and not leaving, at the last look: whom buckets can be
+    /// handed to.
+    successors: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 impl Ownership {
@@ -108,6 +114,21 @@ impl Ownership {
             return ever.lock().contains(&bucket);
         }
         self.member.tenure().is_some_and(|tenure| held.get(&bucket) == Some(&tenure))
+    }
+
+    /// May this replica delete `project`'s copies now? As [`Ownership::holds`], until it stops.
+    pub fn deletes(&self, project: &str) -> bool {
+        !self.stopping.load(std::sync::atomic::Ordering::SeqCst) && self.holds(project)
+    }
+
+    /// Stopping (SIGTERM): delete nothing more from now on.
+    pub fn stop_deleting(&self) {
+        self.stopping.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// How many other members could take a bucket over (live, not leaving), at the last look.
+    pub fn successors(&self) -> usize {
+        self.successors.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     /// Leave to write `project`'s records now, if its bucket is held: kept until the guard is
@@ -206,6 +227,8 @@ pub fn share(
         taken,
         vacant_since: Arc::default(),
         unfenced,
+        stopping: Arc::default(),
+        successors: Arc::default(),
     };
     let sharer = Sharer {
         api,
@@ -281,6 +304,8 @@ impl Sharer {
             behind
         });
         let members = self.members(&leases, now);
+        let successors = members.iter().filter(|m| m.liveness == Liveness::Live && !m.leaving).count();
+        self.ownership.successors.store(successors, std::sync::atomic::Ordering::SeqCst);
         let fences = self.fences(&leases, &members, now);
         // Fences taken in an earlier tenure are held no more (each is written again first).
         if let Some(tenure) = self.ownership.member.tenure() {

@@ -3,7 +3,7 @@
 //! replica started from the render under its own Pod-bound ServiceAccount token, the only
 //! coordination the hub's Leases (docs/sharding.md).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 
 use futures::StreamExt;
@@ -370,11 +370,16 @@ async fn replicas_share_the_buckets_and_take_over_a_killed_one() {
     drop(killed);
     pods.insert(1, replica(&hub_cp, &render, 1).await);
     let (mut taken, mut renewed) = (None, None);
+    let mut by_others: BTreeSet<Bucket> = BTreeSet::new();
     eventually(Duration::from_secs(90), "the killed replica's buckets taken over", async || {
         if renewed.is_none() && member_instance(&hub, &name).await != instance {
             renewed = Some(kill.elapsed());
         }
-        let now = fence_versions(&hub).await;
+        let (now, holders) = (fence_versions(&hub).await, fences(&hub).await);
+        // Taken by another replica: its successor of the same name waits out the old member
+        // Lease two looks longer than the others, who take its buckets first.
+        by_others
+            .extend(its.iter().filter(|b| holders.get(b).is_some_and(|h| h.is_some() && *h != Some(name.clone()))));
         if taken.is_none() && its.iter().all(|b| now.get(b) != versions.get(b)) {
             taken = Some(kill.elapsed());
         }
@@ -393,6 +398,7 @@ async fn replicas_share_the_buckets_and_take_over_a_killed_one() {
     );
     assert!(taken <= Duration::from_secs(22), "taken over in {taken:?}");
     assert!(renewed >= Duration::from_secs(12), "the new process renewed its predecessor's Lease after {renewed:?}");
+    assert_eq!(by_others.len(), its.len(), "each of its buckets was taken over by another replica first");
 
     // A project whose bucket moved twice is written by its owner now.
     let (p, _, _) = namespaces
@@ -413,7 +419,9 @@ async fn replicas_share_the_buckets_and_take_over_a_killed_one() {
     eprintln!("sharding: a namespace added to {p} after the moves written in {:?}", added.elapsed());
 
     // A rolling restart, as a StatefulSet rolls its Pods: the last first, each stopped (SIGTERM,
-    // its buckets handed over) and made again under its name (taking them back), one at a time.
+    // its buckets handed over) and made again under its name (taking them back), the next one
+    // stopped once it is Ready and has stayed so for the render's minReadySeconds.
+    let min_ready = render.workload("edgegate-producer")["spec"]["minReadySeconds"].as_u64().expect("minReadySeconds");
     let rolling = Instant::now();
     let mut longest_unheld = Duration::ZERO;
     for k in (0..pods.len()).rev() {
@@ -430,9 +438,15 @@ async fn replicas_share_the_buckets_and_take_over_a_killed_one() {
         exited(pid).await;
         drop(old);
         pods.insert(k, replica(&hub_cp, &render, k).await);
+        until_ready("the replica made again", &pods[k].process, None).await;
+        let ready = Instant::now();
         let again: Vec<&RunningPod> = pods.iter().collect();
         let (history, _) = follow_moves(&hub, &fences(&hub).await, &again, Instant::now()).await;
         longest_unheld = longest_unheld.max(moves(&history, |_| true).1);
+        // What minReadySeconds is for: its buckets back before the next Pod is stopped.
+        let back = ready.elapsed();
+        assert!(back <= Duration::from_secs(min_ready), "its buckets back {back:?} after Ready");
+        tokio::time::sleep(Duration::from_secs(min_ready).saturating_sub(back)).await;
     }
     let after = fences(&hub).await;
     eprintln!(
@@ -452,6 +466,34 @@ async fn replicas_share_the_buckets_and_take_over_a_killed_one() {
     eprintln!("sharding: all {PROJECTS} unserved copies deleted ({collected:?} more after the rollout)");
     let deleted = deleted.lock().expect("deletions").clone();
     audited(&hub_cp, &namespaces, &[(ns, p)], (&deleted, PROJECTS), PROJECTS + 1);
+
+    // Every replica stopped at once (the emergency off, the StatefulSet deleted): none has anyone
+    // to hand its buckets to, so each exits at once, and none deletes a copy after its signal (an
+    // unserved copy made as they stop, due 4 s later, is kept).
+    let (_, last_ns, _) = namespaces.last().expect("a project");
+    create(&hub, last_ns, &slice("sharding", "unserved-at-the-end", true, &["fd20:dead::ff"]), false)
+        .await
+        .expect("an unserved copy");
+    let pids: Vec<u32> = pods.iter().map(RunningPod::pid).collect();
+    let stopping = Instant::now();
+    for pid in &pids {
+        let status = std::process::Command::new("kill").args(["-TERM", &pid.to_string()]).status().expect("kill");
+        assert!(status.success());
+    }
+    for pid in &pids {
+        exited(*pid).await;
+    }
+    let stopped = stopping.elapsed();
+    let handovers: Vec<String> =
+        pods.iter().map(|p| p.log().lines().filter(|l| l.contains("handover ended")).collect()).collect();
+    eprintln!(
+        "sharding: every replica stopped at once: all exited {stopped:?} after the signals (bound 5 s); {handovers:?}"
+    );
+    // Past when it would have been deleted (withdraw-after + grace, and a pass).
+    tokio::time::sleep(Duration::from_secs(6).saturating_sub(stopping.elapsed())).await;
+    let copies: Api<EndpointSlice> = Api::namespaced(hub.clone(), last_ns);
+    assert!(copies.get_opt("unserved-at-the-end").await.expect("get").is_some(), "a copy deleted after the signal");
+    assert!(stopped <= Duration::from_secs(5), "the replicas took {stopped:?} to stop");
 }
 
 /// A replica paused (SIGSTOP) for 40 s: the others take its buckets once its member Lease has
