@@ -22,7 +22,7 @@ use edgegate::index::source::follow::{
 use edgegate::runtime::admin::Probes;
 use edgegate::runtime::controller::Controller;
 use edgegate::runtime::lease::Leadership;
-use edgegate::runtime::shard::{Links, ShardConfig, share};
+use edgegate::runtime::shard::{LEAVING_ANNOTATION, Links, READY_ANNOTATION, ShardConfig, share};
 use edgegate::runtime::supervise::essential;
 use edgegate::runtime::wakeups::Later;
 use kube::runtime::watcher;
@@ -48,7 +48,9 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let projects = Projects::default();
     let lease = args.lease.config(&args.lease_name, "edgegate-producer");
     // Sharing: the election is this replica's own member Lease, its ready buckets annotated.
-    let (ready, annotations) = tokio::sync::watch::channel(BTreeMap::new());
+    // From the first write, not a predecessor's (a Lease released while leaving still says so).
+    let fresh = [(READY_ANNOTATION, ""), (LEAVING_ANNOTATION, "false")].map(|(k, v)| (k.to_owned(), v.to_owned()));
+    let (ready, annotations) = tokio::sync::watch::channel(BTreeMap::from(fresh));
     let sharing = args.shard.then(|| ShardConfig {
         namespace: lease.namespace.clone(),
         identity: lease.identity.clone(),
