@@ -141,7 +141,6 @@ fn start_with(project_lists: Vec<(&'static str, Option<Vec<Value>>)>, hub: (Clie
         recorder,
         mismatched: Mutex::default(),
         pacer: None,
-        unfenced: false,
     };
     Harness { producer, project_log, hub_log, _triggers: triggers }
 }

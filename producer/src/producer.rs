@@ -39,15 +39,15 @@ enum Restore {
 /// How soon a namespace whose write failed is written again: 2 s after the first failure, twice
 /// as long after each next one, at most [`RETRY_AT_MOST`]; a hub that refuses one namespace's
 /// record for ever costs a write a minute, not a pass over everything every 2 s.
+pub fn retry_after(failures: u32) -> Duration {
+    let doubled = 2u64.saturating_pow(failures.saturating_sub(1).min(16));
+    Duration::from_secs(2).saturating_mul(u32::try_from(doubled).unwrap_or(u32::MAX)).min(RETRY_AT_MOST)
+}
+
 /// Is a 409 the resourceVersion's (the record changed since it was read), not a field
 /// manager's conflict?
 fn stale(status: &kube::core::Status) -> bool {
     status.message.contains("the object has been modified")
-}
-
-pub fn retry_after(failures: u32) -> Duration {
-    let doubled = 2u64.saturating_pow(failures.saturating_sub(1).min(16));
-    Duration::from_secs(2).saturating_mul(u32::try_from(doubled).unwrap_or(u32::MAX)).min(RETRY_AT_MOST)
 }
 
 /// The longest wait before a failed write is tried again.
@@ -169,9 +169,6 @@ pub struct Producer {
     pub mismatched: Mutex<std::collections::BTreeSet<String>>,
     /// Paces record writes, `--max-writes-per-second`.
     pub pacer: Option<edgegate::runtime::pace::Pacer>,
-    /// For the auditor's own test only (`--test-only-break-the-fence`): writes carry no
-    /// resourceVersion either.
-    pub unfenced: bool,
 }
 
 impl Producer {
@@ -394,7 +391,9 @@ impl Producer {
     /// change. Returns the resourceVersion the write made.
     async fn apply(&self, hub_ns: &str, addresses: &[String], force: bool) -> Result<Option<String>, kube::Error> {
         let mut metadata = json!({"name": self.view.record_name(), "namespace": hub_ns});
-        if let Some(version) = self.view.record_version(hub_ns).filter(|_| !self.unfenced) {
+        // Broken on purpose (`--test-only-break-the-fence`): writes carry no resourceVersion either.
+        let unfenced = self.owner.as_ref().is_some_and(Ownership::unfenced);
+        if let Some(version) = self.view.record_version(hub_ns).filter(|_| !unfenced) {
             metadata["resourceVersion"] = json!(version);
         }
         let record = json!({

@@ -153,7 +153,6 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         recorder,
         mismatched: Mutex::default(),
         pacer: Some(edgegate::runtime::pace::Pacer::per_second(args.max_writes_per_second)),
-        unfenced: args.test_only_break_the_fence,
     };
     let (pruner, evidence) = match pruning {
         Some((parts, evidence)) => (Some(parts), evidence),

@@ -23,8 +23,6 @@ pub struct Controller {
     /// Cancelled on SIGTERM or Ctrl-C, once what [`Controller::drain_with`] gave has ended: the
     /// loop stops at it.
     pub shutdown: CancellationToken,
-    /// Cancelled on SIGTERM or Ctrl-C, at once.
-    pub signalled: CancellationToken,
     /// Run between the signal and `shutdown`, if given.
     drain: Arc<parking_lot::Mutex<Option<futures::future::BoxFuture<'static, ()>>>>,
     election: (CancellationToken, JoinHandle<()>),
@@ -35,12 +33,11 @@ impl Controller {
     pub async fn start(hub: &HubArgs, lease: &LeaseConfig) -> anyhow::Result<Self> {
         let _ = rustls::crypto::ring::default_provider().install_default();
         let client = super::client::hub_client(hub).await?;
-        let (shutdown, signalled) = (CancellationToken::new(), CancellationToken::new());
+        let shutdown = CancellationToken::new();
         let drain: Arc<parking_lot::Mutex<Option<futures::future::BoxFuture<'static, ()>>>> = Arc::default();
-        let (on_signal, then, draining) = (signalled.clone(), shutdown.clone(), Arc::clone(&drain));
+        let (then, draining) = (shutdown.clone(), Arc::clone(&drain));
         tokio::spawn(async move {
             super::process::shutdown_signal().await;
-            on_signal.cancel();
             let drain = draining.lock().take();
             if let Some(drain) = drain {
                 drain.await;
@@ -50,7 +47,7 @@ impl Controller {
         let stop = CancellationToken::new();
         let (leader, task) = elect(&client, lease, stop.clone());
         let identity = lease.identity.clone();
-        Ok(Controller { hub: client, identity, leader, shutdown, signalled, drain, election: (stop, task) })
+        Ok(Controller { hub: client, identity, leader, shutdown, drain, election: (stop, task) })
     }
 
     /// On SIGTERM, run `drain` (bounded by the caller) before the loop is told to stop: a

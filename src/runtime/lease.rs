@@ -88,7 +88,12 @@ impl Leadership {
 
     /// True until the deadline the last renewal set.
     pub fn is_leader(&self) -> bool {
-        self.always || self.deadline().is_some_and(|d| super::clock::now() < d)
+        self.leading(&self.tenure.lock())
+    }
+
+    /// Whether `tenure` (locked by the caller) is within its deadline now.
+    fn leading(&self, tenure: &Tenure) -> bool {
+        self.always || tenure.deadline.is_some_and(|d| super::clock::now() < d)
     }
 
     /// Told `true` when this replica takes the Lease and `false` when it steps down.
@@ -100,8 +105,7 @@ impl Leadership {
     /// taken before a lapse (a paused process, a cut from the hub) is known not to hold now.
     pub fn tenure(&self) -> Option<u64> {
         let tenure = self.tenure.lock();
-        let leading = self.always || tenure.deadline.is_some_and(|d| super::clock::now() < d);
-        leading.then_some(tenure.epoch)
+        self.leading(&tenure).then_some(tenure.epoch)
     }
 
     /// How long until the deadline, while leading (a replica that always leads: an hour).

@@ -116,6 +116,11 @@ impl Ownership {
         self.member.tenure().is_some_and(|tenure| held.get(&bucket) == Some(&tenure))
     }
 
+    /// Is the fence broken on purpose ([`ShardConfig::unfenced`])?
+    pub fn unfenced(&self) -> bool {
+        self.unfenced.is_some()
+    }
+
     /// May this replica delete `project`'s copies now? As [`Ownership::holds`], until it stops.
     pub fn deletes(&self, project: &str) -> bool {
         !self.stopping.load(std::sync::atomic::Ordering::SeqCst) && self.holds(project)
