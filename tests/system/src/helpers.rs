@@ -419,6 +419,26 @@ pub fn cpu_seconds(pid: u32) -> f64 {
     ticks / 100.0
 }
 
+/// Send signal `name` (`TERM`, `KILL`, `STOP`, `CONT`) to process `pid`.
+pub fn signal(pid: u32, name: &str) {
+    let status =
+        std::process::Command::new("kill").arg(format!("-{name}")).arg(pid.to_string()).status().expect("kill");
+    assert!(status.success(), "kill -{name} {pid}");
+}
+
+/// Whether process `pid` has exited: gone, or a zombie not reaped yet.
+pub fn exited(pid: u32) -> bool {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // `pid (comm) state ...`: the state follows the last parenthesis (comm may hold one).
+    let state = stat.rsplit_once(')').and_then(|(_, rest)| rest.trim_start().chars().next());
+    matches!(state, None | Some('Z' | 'X'))
+}
+
+/// Until process `pid` has exited (within `limit`); how long that took.
+pub async fn until_exited(pid: u32, limit: Duration) -> Duration {
+    eventually(limit, "the stopped process exited", async || exited(pid)).await
+}
+
 /// The pid under a watchdog shell.
 pub fn pid_of(p: &Process) -> u32 {
     let shell = p.child.id();

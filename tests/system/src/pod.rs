@@ -483,14 +483,6 @@ async fn container_pid(shell: u32) -> u32 {
     }
 }
 
-/// Whether process `pid` has exited: gone, or a zombie not reaped yet.
-fn exited(pid: u32) -> bool {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    // `pid (comm) state ...`: the state follows the last parenthesis (comm may hold one).
-    let state = stat.rsplit_once(')').and_then(|(_, rest)| rest.trim_start().chars().next());
-    matches!(state, None | Some('Z' | 'X'))
-}
-
 /// The test's Node (created once, Ready): where Pods run in a network namespace are bound.
 async fn node(cp: &ControlPlane) -> &'static str {
     const NODE: &str = "edgegate-test-node";
@@ -541,7 +533,7 @@ async fn kubelet_status(
         let (mut reported, mut ready, mut failed) = (None, false, 0);
         let mut next_probe = tokio::time::Instant::now();
         loop {
-            let gone = exited(pid);
+            let gone = crate::helpers::exited(pid);
             if gone {
                 ready = false;
             } else if tokio::time::Instant::now() >= next_probe {

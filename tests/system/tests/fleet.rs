@@ -450,14 +450,9 @@ async fn sharded_fleet() {
     // left after 20 s goes over cold. What terminationGracePeriodSeconds (30 s) must cover.
     let leaving = pods.pop().expect("the third");
     let pid = leaving.pid();
-    let status = std::process::Command::new("kill").args(["-TERM", &pid.to_string()]).status().expect("kill");
-    assert!(status.success());
+    signal(pid, "TERM");
     let stopping = Instant::now();
-    let exited = eventually(Duration::from_secs(60), "the stopped replica exited", async || {
-        !std::path::Path::new(&format!("/proc/{pid}")).exists()
-            || std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| s.contains(") Z "))
-    })
-    .await;
+    let exited = until_exited(pid, Duration::from_secs(60)).await;
     let handover = leaving.log().lines().find(|l| l.contains("handover ended")).map(str::to_owned).unwrap_or_default();
     eventually(Duration::from_secs(600), "every project whole at the two left", async || whole(&pods).await).await;
     eprintln!(
@@ -475,8 +470,7 @@ async fn sharded_fleet() {
     .await;
 
     let killed = pods.remove(0);
-    let status = std::process::Command::new("kill").args(["-KILL", &killed.pid().to_string()]).status().expect("kill");
-    assert!(status.success());
+    signal(killed.pid(), "KILL");
     let kill = Instant::now();
     eventually(Duration::from_secs(120), "the killed replica's buckets taken over", async || {
         pods.iter().map(|p| gauge(&metrics(&p.process), "edgegate_producer_buckets_held ")).sum::<u64>() == 256

@@ -694,8 +694,7 @@ async fn withdrawn_then_producer_killed(
         record(&hub, &hub_ns).await.is_some_and(|r| r.is_empty())
     })
     .await;
-    let killed = std::process::Command::new("kill").args(["-KILL", &pid_of(&producer.process).to_string()]).status();
-    assert!(killed.is_ok_and(|s| s.success()), "kill -9 the producer");
+    signal(pid_of(&producer.process), "KILL");
     ProducerKilled { hub_cp, _project_cp: project_cp, render, hub, project, hub_ns }
 }
 

@@ -14,13 +14,6 @@ async fn pruner(cp: &ControlPlane, render: &Render, replica: usize) -> RunningPo
     run(cp, render, "edgegate-pruner", replica, &[Rewrite::ListenAddress]).await
 }
 
-/// The pid of a process under its watchdog, signalled by name (`STOP`, `CONT`, `TERM`).
-fn signal(p: &Process, name: &str) {
-    let status =
-        std::process::Command::new("kill").arg(format!("-{name}")).arg(pid_of(p).to_string()).status().expect("kill");
-    assert!(status.success(), "kill -{name}");
-}
-
 fn deleted_lines(log: &str) -> usize {
     log.lines().filter(|l| l.contains("deleted copy")).count()
 }
@@ -114,20 +107,20 @@ async fn a_leader_that_cannot_renew_stops_deleting_and_a_clean_stop_hands_over()
     }
     set_record(&client, "lease-a", &[]).await;
     eventually(Duration::from_secs(30), "the leader deleting", async || deleted_lines(&first.log()) >= 2).await;
-    signal(first, "STOP");
+    signal(pid_of(first), "STOP");
     let stopped = Instant::now();
     eventually(Duration::from_secs(30), "the second pruner takes over", async || leads(second)).await;
     eprintln!("leader stopped → the other leads after {:?} (lease 4 s)", stopped.elapsed());
     tokio::time::sleep(Duration::from_secs(1)).await;
     let before = deleted_lines(&first.log());
-    signal(first, "CONT");
+    signal(pid_of(first), "CONT");
     // Resumed: its paced deletions are due at once, but its deadline has passed.
     tokio::time::sleep(Duration::from_secs(3)).await;
     let log = first.log();
     assert_eq!(deleted_lines(&log), before, "the old leader deleted after it resumed:\n{log}");
     assert!(!leads(first), "it follows now");
 
-    signal(second, "TERM");
+    signal(pid_of(second), "TERM");
     let handed = Instant::now();
     eventually(Duration::from_secs(10), "the first pruner leads again", async || leads(first)).await;
     let took = handed.elapsed();

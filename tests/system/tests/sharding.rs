@@ -145,13 +145,31 @@ async fn member_instance(hub: &Client, name: &str) -> Option<String> {
     lease.metadata.annotations?.get(edgegate::runtime::lease::INSTANCE_ANNOTATION).cloned()
 }
 
-/// Until process `pid` has exited (within 30 s).
-async fn exited(pid: u32) {
-    eventually(Duration::from_secs(30), "the stopped replica exited", async || {
-        !std::path::Path::new(&format!("/proc/{pid}")).exists()
-            || std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| s.contains(") Z "))
+/// A replica that stopped answering (paused, cut off) at `since`, and a project of its.
+struct Away<'a> {
+    what: &'static str,
+    since: Instant,
+    /// The replicas left.
+    others: &'a [&'a RunningPod],
+    project: &'a str,
+}
+
+/// Every bucket of a replica `away` taken over by the `others` within its member Lease's 16 s
+/// and a look, and a namespace added to its project meanwhile (`<project>-<suffix>`, serving
+/// `address`) written by the project's new owner. Returns that namespace.
+async fn taken_over(hub: &Client, backing: &Client, away: Away<'_>, suffix: &str, address: &str) -> String {
+    let what = format!("{}'s buckets taken over", away.what);
+    eventually(Duration::from_secs(60), &what, async || as_ranked(&fences(hub).await, away.others)).await;
+    let took = away.since.elapsed();
+    eprintln!("sharding: {what} in {took:?} (bound 20 s + a look)");
+    assert!(took <= Duration::from_secs(22), "taken over in {took:?}");
+    let p = away.project;
+    let ns = world::project_namespace(backing, hub, p, &format!("{p}-{suffix}"), Some(address)).await;
+    eventually(Duration::from_secs(30), "a change to its project meanwhile written", async || {
+        record(hub, &ns).await == Some(vec![address.to_owned()])
     })
     .await;
+    ns
 }
 
 /// Until every bucket is held as ranked over `pods` (within 90 s).
@@ -332,11 +350,10 @@ async fn replicas_share_the_buckets_and_take_over_a_killed_one() {
     let held = held_by(&before, &leaving);
     let stopping = Instant::now();
     let pid = leaving.pid();
-    let status = std::process::Command::new("kill").args(["-TERM", &pid.to_string()]).status().expect("kill");
-    assert!(status.success());
+    signal(pid, "TERM");
     let remaining: Vec<&RunningPod> = pods.iter().collect();
     let (history, settled) = follow_moves(&hub, &before, &remaining, stopping).await;
-    exited(pid).await;
+    until_exited(pid, Duration::from_secs(30)).await;
     let gone = stopping.elapsed();
     let (moved, longest_unheld) = moves(&history, |holders| {
         holders[0] == Some(leaver.as_str()) && holders[1..].iter().all(|h| *h != Some(leaver.as_str()))
@@ -363,10 +380,9 @@ async fn replicas_share_the_buckets_and_take_over_a_killed_one() {
         fenced.iter().filter(|(_, h)| h.as_deref() == Some(name.as_str())).map(|(b, _)| *b).collect();
     let instance = member_instance(&hub, &name).await;
     let pid = killed.pid();
-    let status = std::process::Command::new("kill").args(["-KILL", &pid.to_string()]).status().expect("kill");
-    assert!(status.success());
+    signal(pid, "KILL");
     let kill = Instant::now();
-    exited(pid).await;
+    until_exited(pid, Duration::from_secs(30)).await;
     drop(killed);
     pods.insert(1, replica(&hub_cp, &render, 1).await);
     let (mut taken, mut renewed) = (None, None);
@@ -427,15 +443,14 @@ async fn replicas_share_the_buckets_and_take_over_a_killed_one() {
     for k in (0..pods.len()).rev() {
         let old = pods.remove(k);
         let pid = old.pid();
-        let status = std::process::Command::new("kill").args(["-TERM", &pid.to_string()]).status().expect("kill");
-        assert!(status.success());
+        signal(pid, "TERM");
         let others: Vec<&RunningPod> = pods.iter().collect();
         let (history, _) = follow_moves(&hub, &fences(&hub).await, &others, Instant::now()).await;
         let (_, unheld) = moves(&history, |holders| holders[1..].iter().all(|h| *h != Some(old.name.as_str())));
         longest_unheld = longest_unheld.max(unheld);
         let handover = handover_line(&old).await;
         assert!(handover.contains("\"cold\":0"), "some buckets went over cold in the rollout: {handover}");
-        exited(pid).await;
+        until_exited(pid, Duration::from_secs(30)).await;
         drop(old);
         pods.insert(k, replica(&hub_cp, &render, k).await);
         until_ready("the replica made again", &pods[k].process, None).await;
@@ -477,11 +492,10 @@ async fn replicas_share_the_buckets_and_take_over_a_killed_one() {
     let pids: Vec<u32> = pods.iter().map(RunningPod::pid).collect();
     let stopping = Instant::now();
     for pid in &pids {
-        let status = std::process::Command::new("kill").args(["-TERM", &pid.to_string()]).status().expect("kill");
-        assert!(status.success());
+        signal(*pid, "TERM");
     }
     for pid in &pids {
-        exited(*pid).await;
+        until_exited(*pid, Duration::from_secs(30)).await;
     }
     let stopped = stopping.elapsed();
     let handovers: Vec<String> =
@@ -532,27 +546,13 @@ async fn paused(broken: bool) {
     // A project of the replica to be paused, whose change comes while it sleeps.
     let paused = &pods[0];
     let p = a_project_of(&hub, &namespaces, paused).await;
-    let signal = |sig: &str| {
-        let status = std::process::Command::new("kill").args([sig, &paused.pid().to_string()]).status().expect("kill");
-        assert!(status.success(), "kill {sig}");
-    };
-    signal("-STOP");
+    signal(paused.pid(), "STOP");
     let stopped = Instant::now();
     let others: Vec<&RunningPod> = pods[1..].iter().collect();
-    eventually(Duration::from_secs(60), "the paused replica's buckets taken over", async || {
-        as_ranked(&fences(&hub).await, &others)
-    })
-    .await;
-    let took = stopped.elapsed();
-    eprintln!("sharding: SIGSTOP: the paused replica's buckets taken over in {took:?} (bound 20 s + a look)");
-    assert!(took <= Duration::from_secs(22), "taken over in {took:?}");
-    let ns = world::project_namespace(&backing, &hub, &p, &format!("{p}-paused"), Some("fd20:0:5::1")).await;
-    eventually(Duration::from_secs(30), "the change made during the pause written", async || {
-        record(&hub, &ns).await == Some(vec!["fd20:0:5::1".to_owned()])
-    })
-    .await;
+    let away = Away { what: "SIGSTOP: the paused replica", since: stopped, others: &others, project: &p };
+    let ns = taken_over(&hub, &backing, away, "paused", "fd20:0:5::1").await;
     tokio::time::sleep(Duration::from_secs(40).saturating_sub(stopped.elapsed())).await;
-    signal("-CONT");
+    signal(paused.pid(), "CONT");
     let woke = Instant::now();
     let mut added = vec![(ns, p.clone())];
     if broken {
@@ -644,18 +644,8 @@ async fn a_replica_cut_off_from_the_hub_writes_nothing_until_it_is_back() {
     netns.link(false);
     let cut = Instant::now();
     let others: Vec<&RunningPod> = pods[..2].iter().collect();
-    eventually(Duration::from_secs(60), "the cut-off replica's buckets taken over", async || {
-        as_ranked(&fences(&hub).await, &others)
-    })
-    .await;
-    let took = cut.elapsed();
-    eprintln!("sharding: a replica cut off: its buckets taken over in {took:?} (bound 20 s + a look)");
-    assert!(took <= Duration::from_secs(22), "taken over in {took:?}");
-    let ns = world::project_namespace(&backing, &hub, &p, &format!("{p}-cut"), Some("fd20:0:7::1")).await;
-    eventually(Duration::from_secs(30), "the change made during the cut written", async || {
-        record(&hub, &ns).await == Some(vec!["fd20:0:7::1".to_owned()])
-    })
-    .await;
+    let away = Away { what: "a replica cut off: the cut-off replica", since: cut, others: &others, project: &p };
+    let ns = taken_over(&hub, &backing, away, "cut", "fd20:0:7::1").await;
     tokio::time::sleep(Duration::from_secs(40).saturating_sub(cut.elapsed())).await;
     netns.link(true);
     let healed = Instant::now();
