@@ -27,6 +27,6 @@ while [ $# -gt 0 ]; do
     *) echo "usage: $0 [--sharded] [--projects N] [--fault-secs S] [--fault silent|500]" >&2; exit 2 ;;
   esac
 done
-cargo build --release --locked --workspace --bins --quiet
+cargo build --release --locked -p edgegate -p edgegate-webhook -p edgegate-pruner -p edgegate-producer --quiet
 cargo test --release --locked -p edgegate-system-tests --test fleet "$test" -- --ignored --exact --nocapture 2>&1 |
   awk '/^fleet:|test result/ { print } /panicked/ { print; getline; print }'

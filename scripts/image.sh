@@ -8,8 +8,9 @@
 #
 #   scripts/image.sh [--bin-dir DIR] [--out FILE]
 #
-# --bin-dir: where the four binaries are (default: target/release, after
-# `cargo build --release --locked --workspace --bins`). --out: the archive (default:
+# --bin-dir: where the four binaries are (default: target/release, after `cargo build --release
+# --locked -p edgegate -p edgegate-webhook -p edgegate-pruner -p edgegate-producer`: the four
+# packages alone, so no test package's features reach them). --out: the archive (default:
 # target/edgegate-image.tar). Prints the image digest (sha256:...) and the archive's path, one a
 # line.
 #
@@ -59,7 +60,7 @@ fi
 
 # The binaries.
 if [[ -z $bin_dir ]]; then
-  (cd "$repo" && cargo build --release --locked --workspace --bins) >&2
+  (cd "$repo" && cargo build --release --locked -p edgegate -p edgegate-webhook -p edgegate-pruner -p edgegate-producer) >&2
   bin_dir=$target/release
 fi
 for b in edgegate-webhook edgegate-pruner edgegate-producer edgegate; do

@@ -22,8 +22,10 @@
 # and then runs scripts/min-version.sh on the manifests (a server-side dry-run on the oldest
 # supported kube-apiserver; cold its build takes about 15 minutes on 2 cores).
 #
-# --bin-dir: the four binaries already built (default: `cargo build --release --locked --workspace
-# --bins` first, into target/release). The tests package debug binaries this way
+# --bin-dir: the four binaries already built (default: `cargo build --release --locked -p edgegate
+# -p edgegate-webhook -p edgegate-pruner -p edgegate-producer` first, into target/release: the four
+# packages alone, so tests/system's `test-only-break-the-fence` feature never reaches them; the
+# release fails if the producer lists or accepts that flag). The tests package debug binaries this way
 # (tests/system/tests/release.rs, with --skip-min-version): the same code, smaller figures.
 # Reproducible, as scripts/image.sh is: SOURCE_DATE_EPOCH (default 0) dates the archives' files.
 #
@@ -67,8 +69,11 @@ fi
 
 started=$(date +%s)
 if [[ -z $bin_dir ]]; then
-  (cd "$repo" && cargo build --release --locked --workspace --bins) >&2
+  (cd "$repo" && cargo build --release --locked -p edgegate -p edgegate-webhook -p edgegate-pruner -p edgegate-producer) >&2
   bin_dir=$target/release
+  test_build=0
+else
+  test_build=1
 fi
 binaries=(edgegate edgegate-webhook edgegate-pruner edgegate-producer)
 for b in "${binaries[@]}"; do
@@ -76,6 +81,18 @@ for b in "${binaries[@]}"; do
   said=$("$bin_dir/$b" --version)
   [[ $said == *" $version"* ]] || { echo "release.sh: $b --version says '$said', not $version" >&2; exit 1; }
 done
+# The switch that turns every fence off exists only behind a cargo feature the tests enable: a
+# producer built for release neither lists it nor accepts it. (--bin-dir is how the tests package
+# their own debug build, which has it: said, not refused.)
+fence_help=$("$bin_dir/edgegate-producer" --help 2>&1 || true)
+fence_said=$("$bin_dir/edgegate-producer" --shard --test-only-break-the-fence --version 2>&1 || true)
+if [[ $fence_help == *test-only* || $fence_said != *"unexpected argument '--test-only-break-the-fence'"* ]]; then
+  if [[ $test_build == 0 ]]; then
+    echo "release.sh: edgegate-producer lists or accepts --test-only-break-the-fence: built with a test feature, not a release" >&2
+    exit 1
+  fi
+  echo "release.sh: warning: $bin_dir/edgegate-producer has --test-only-break-the-fence (a test build): not for release" >&2
+fi
 
 mkdir -p "$out"
 out=$(cd "$out" && pwd)

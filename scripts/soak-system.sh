@@ -23,6 +23,6 @@ while [ $# -gt 0 ]; do
   esac
 done
 tests/control-plane/build.sh kube-controller-manager >/dev/null
-cargo build --release --locked --workspace --bins --quiet
+cargo build --release --locked -p edgegate -p edgegate-webhook -p edgegate-pruner -p edgegate-producer --quiet
 cargo test --release --locked -p edgegate-system-tests --test soak soak -- --ignored --exact --nocapture 2>&1 |
   awk '/^soak:|test result/ { print } /panicked/ { print; getline; print }'

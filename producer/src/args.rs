@@ -100,8 +100,10 @@ pub struct Args {
     pub shard: bool,
 
     /// For the auditor's own test only (tests/system/tests/sharding.rs): sharing, write and
-    /// delete for every bucket ever taken, ignoring the deadline and the fences.
-    #[arg(long, hide = true, requires = "shard")]
+    /// delete for every bucket ever taken, ignoring the deadline and the fences. Compiled in only
+    /// with the cargo feature `test-only-break-the-fence`, which no release build enables.
+    #[cfg(feature = "test-only-break-the-fence")]
+    #[arg(long, requires = "shard")]
     pub test_only_break_the_fence: bool,
 
     /// Name of the coordination.k8s.io/v1 Lease that elects the one replica that writes.
@@ -114,4 +116,14 @@ pub struct Args {
     /// Log format.
     #[arg(long, env = "EDGEGATE_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
+}
+
+impl Args {
+    /// Is the fence broken on purpose (`--test-only-break-the-fence`)? Never in a release build.
+    pub fn breaks_the_fence(&self) -> bool {
+        #[cfg(feature = "test-only-break-the-fence")]
+        return self.test_only_break_the_fence;
+        #[cfg(not(feature = "test-only-break-the-fence"))]
+        false
+    }
 }

@@ -9,9 +9,10 @@ use std::time::{Duration, Instant};
 
 use edgegate::core::crd::MAX_RECORD_ADDRESSES;
 use edgegate::core::hold::Hold;
+use edgegate::core::plan::Scope;
 use edgegate::core::unwritten::Unwritten;
 use edgegate::index::Change;
-use edgegate::index::hub::HubView;
+use edgegate::index::hub::{HubRecord, HubView, KEPT_ANNOTATION};
 use edgegate::index::project::ProjectIndex;
 use edgegate::runtime::clock;
 use edgegate::runtime::lease::Leadership;
@@ -27,13 +28,54 @@ use tokio_util::sync::CancellationToken;
 
 use crate::metrics::Metrics;
 
-/// How a restore of served addresses after a conflict ended.
-enum Restore {
+/// A restore of served addresses after a field manager's conflict: whose, and on what.
+struct Restore<'a> {
+    project: &'a str,
+    hub_ns: &'a str,
+    /// The resourceVersion of the record the answer was compared with.
+    based_on: Option<&'a str>,
+    /// What the answer serves.
+    serves: &'a [String],
+}
+
+/// How a restore ended.
+enum Restored {
     /// The record names every address the answer serves: the conflict is the other writer's.
     NotNeeded,
-    /// Written, with this many addresses.
-    Restored(usize),
+    /// Written, with this many addresses, this many of them kept for the other writer.
+    Written {
+        after: usize,
+        kept: usize,
+    },
     Failed,
+}
+
+/// Why the hub refused a record's apply (409), told by its `Status`, never by its message.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Refusal {
+    /// Another field manager owns what the apply changes: causes of reason
+    /// `FieldManagerConflict`.
+    FieldManagers,
+    /// The resourceVersion the write was based on is not the record's any more (reason
+    /// `Conflict`, no causes): the watch brings the newer record.
+    Stale,
+    /// Anything else: retried after a backoff, never taken for one of the above.
+    Other,
+}
+
+impl Refusal {
+    pub fn of(status: &kube::core::Status) -> Refusal {
+        let causes = status.details.as_ref().map(|d| d.causes.as_slice()).unwrap_or_default();
+        if status.code != 409 {
+            Refusal::Other
+        } else if !causes.is_empty() && causes.iter().all(|c| c.reason == "FieldManagerConflict") {
+            Refusal::FieldManagers
+        } else if causes.is_empty() && status.reason == "Conflict" {
+            Refusal::Stale
+        } else {
+            Refusal::Other
+        }
+    }
 }
 
 /// How soon a namespace whose write failed is written again: 2 s after the first failure, twice
@@ -42,12 +84,6 @@ enum Restore {
 pub fn retry_after(failures: u32) -> Duration {
     let doubled = 2u64.saturating_pow(failures.saturating_sub(1).min(16));
     Duration::from_secs(2).saturating_mul(u32::try_from(doubled).unwrap_or(u32::MAX)).min(RETRY_AT_MOST)
-}
-
-/// Is a 409 the resourceVersion's (the record changed since it was read), not a field
-/// manager's conflict?
-fn stale(status: &kube::core::Status) -> bool {
-    status.message.contains("the object has been modified")
 }
 
 /// The longest wait before a failed write is tried again.
@@ -185,7 +221,7 @@ impl Producer {
         if !self.may_write(project) || !index.synced() || !self.view.synced() {
             // Nothing observed now: a withdrawal's run must not span the gap (the answer may
             // have named the address again meanwhile, unseen); it starts again at the next look.
-            self.end_withdrawals(|ns| ns == hub_ns);
+            self.withdrawals.lock().end(&hub_ns, |_| true);
             if index.synced() {
                 // The project is seen, only nothing can be written: what serves meanwhile is
                 // named by the first write after, even if it has stopped serving by then.
@@ -200,7 +236,7 @@ impl Producer {
             // the record holds is unknown, so the record stays as it is (and withdraws nothing)
             // until it is deleted or decodes. What serves meanwhile is named by the first write
             // after, as when nothing can be written.
-            self.end_withdrawals(|ns| ns == hub_ns);
+            self.withdrawals.lock().end(&hub_ns, |_| true);
             let answer = index.reachable(namespace).addresses;
             self.unwritten.lock().observe(&hub_ns, &answer, clock::now());
             self.served.lock().observe(&hub_ns, &answer, clock::now());
@@ -219,17 +255,18 @@ impl Producer {
         self.check_label(project, namespace, &hub_ns);
         let started = Instant::now();
         let recent = self.unwritten.lock().recent(&hub_ns, clock::now());
-        let (changed, before) = self
-            .view
-            .with_record(&hub_ns, |current| (index.changed_answer(namespace, current), current.map(<[String]>::len)));
+        // The record as read now: the answer is compared with it, and the write is based on its
+        // version, whatever the watch brings meanwhile.
+        let read = self.view.record(&hub_ns);
+        let current = read.as_ref().map(|r| r.addresses.as_slice());
+        let kept = read.as_ref().map(HubRecord::still_kept).unwrap_or_default();
+        let changed = index.changed_answer(namespace, current);
         self.metrics.recompute(started.elapsed());
         let answer = match changed {
             Some(answer) => answer,
             None if recent.is_empty() => {
                 // The answer is the record's addresses.
-                self.view.with_record(&hub_ns, |current| {
-                    self.served.lock().observe(&hub_ns, current.unwrap_or_default(), clock::now());
-                });
+                self.served.lock().observe(&hub_ns, current.unwrap_or_default(), clock::now());
                 self.hold_withdrawals(&hub_ns, Vec::new());
                 return Written::Unchanged;
             }
@@ -245,21 +282,22 @@ impl Producer {
                 "NetworkService selector cannot be evaluated; it contributes nothing"
             );
         }
-        let addresses = self.with_held_withdrawals(&hub_ns, answer.addresses, recent);
-        if self.view.with_record(&hub_ns, |current| current == Some(addresses.as_slice())) {
+        let serves = answer.addresses;
+        let addresses = self.with_held_withdrawals(&hub_ns, current, &serves, recent, &kept);
+        if current == Some(addresses.as_slice()) {
             self.unwritten.lock().written(&hub_ns);
             return Written::Unchanged; // what changed is only held withdrawals
         }
-        if addresses.len() > MAX_RECORD_ADDRESSES {
+        if serves.len() > MAX_RECORD_ADDRESSES {
             let message = format!(
                 "{project}/{namespace} serves {} addresses, more than the {MAX_RECORD_ADDRESSES} a record holds; the record is left as it is",
-                addresses.len()
+                serves.len()
             );
             tracing::error!(
                 project,
                 namespace,
                 hub_namespace = hub_ns,
-                count = addresses.len(),
+                count = serves.len(),
                 "answer too large; not written"
             );
             self.warn(&hub_ns, "RecordOversized", message).await;
@@ -270,27 +308,38 @@ impl Producer {
         if let Some(pacer) = &self.pacer {
             pacer.turn().await;
         }
+        let based_on = read.as_ref().and_then(|r| r.version.clone());
+        let record = HubRecord { addresses, version: None, kept };
         // Right before the write: leadership is a deadline that passes on its own.
-        let Some(applied) = self.apply_as_writer(project, &hub_ns, &addresses, self.force_ownership).await else {
+        let Some(applied) =
+            self.apply_as_writer(project, &hub_ns, based_on.as_deref(), &record, self.force_ownership).await
+        else {
             return Written::Skipped;
         };
-        match applied {
+        let refused = match applied {
             Ok(version) => {
-                let before = before.map_or_else(|| "none".to_owned(), |b| b.to_string());
+                let before = current.map_or_else(|| "none".to_owned(), |b| b.len().to_string());
                 tracing::info!(
                     project,
                     namespace,
                     hub_namespace = hub_ns,
                     before,
-                    after = addresses.len(),
+                    after = record.addresses.len(),
                     "record written"
                 );
-                self.metrics.addresses(addresses.len());
-                self.view.wrote(&hub_ns, addresses, version);
+                self.metrics.addresses(record.addresses.len());
+                self.view.wrote(&hub_ns, based_on.as_deref(), HubRecord { version, ..record });
                 self.unwritten.lock().written(&hub_ns);
-                Written::Applied
+                return Written::Applied;
             }
-            Err(kube::Error::Api(status)) if status.code == 409 && stale(&status) => {
+            Err(kube::Error::Api(status)) => status,
+            Err(error) => {
+                tracing::warn!(project, namespace, hub_namespace = hub_ns, %error, "writing the record failed; the next recompute retries");
+                return Written::Error;
+            }
+        };
+        match Refusal::of(&refused) {
+            Refusal::Stale => {
                 // The record changed since it was seen: its watch event brings the namespace
                 // round again, and what serves meanwhile is named by the write after it.
                 tracing::debug!(
@@ -299,46 +348,55 @@ impl Producer {
                     hub_namespace = hub_ns,
                     "the record changed since it was read; not overwritten"
                 );
-                self.unwritten.lock().observe(&hub_ns, &addresses, clock::now());
+                self.unwritten.lock().observe(&hub_ns, &record.addresses, clock::now());
                 Written::Skipped
             }
-            Err(kube::Error::Api(status)) if status.code == 409 => {
-                let restored = match self.restore_served(project, &hub_ns, &addresses).await {
-                    Restore::NotNeeded => None,
-                    Restore::Restored(written) => Some(written),
+            Refusal::FieldManagers => {
+                let restore = Restore { project, hub_ns: &hub_ns, based_on: based_on.as_deref(), serves: &serves };
+                match self.restore_served(&restore, read.unwrap_or_default(), &record).await {
+                    Restored::NotNeeded => {}
                     // The record still lacks served addresses: that is no current record.
-                    Restore::Failed => return Written::Error,
-                };
-                if let Some(restored) = restored {
-                    tracing::warn!(
-                        project,
-                        namespace,
-                        hub_namespace = hub_ns,
-                        message = status.message,
-                        after = restored,
-                        "another field manager removed served addresses from the record; put back, keeping what it added for now: the producer owns the addresses from here on, as with --force-ownership"
-                    );
-                    let message = format!(
-                        "edgegate-producer put back the addresses {project}/{namespace} serves that another writer removed, and took spec.addresses over (what it alone added leaves after --withdraw-after): {}",
-                        status.message
-                    );
-                    self.warn(&hub_ns, "RecordRestored", message).await;
-                    return Written::Applied;
+                    Restored::Failed => return Written::Error,
+                    Restored::Written { after, kept } => {
+                        tracing::warn!(
+                            project,
+                            namespace,
+                            hub_namespace = hub_ns,
+                            message = refused.message,
+                            after,
+                            kept,
+                            "another field manager removed served addresses from the record; put back, and what it alone added is kept beside them until it or an operator removes it"
+                        );
+                        let message = format!(
+                            "edgegate-producer put back the addresses {project}/{namespace} serves that another writer removed; the {kept} addresses only that writer named stay in the record (annotation {KEPT_ANNOTATION}) until it or an operator removes them: {}",
+                            refused.message
+                        );
+                        self.warn(&hub_ns, "RecordRestored", message).await;
+                        return Written::Applied;
+                    }
                 }
                 tracing::warn!(
                     project,
                     namespace,
                     hub_namespace = hub_ns,
-                    message = status.message,
+                    message = refused.message,
                     "another field manager owns the record's addresses; left alone (--force-ownership takes them over)"
                 );
                 let message =
-                    format!("edgegate-producer did not write {project}/{namespace}'s answer: {}", status.message);
+                    format!("edgegate-producer did not write {project}/{namespace}'s answer: {}", refused.message);
                 self.warn(&hub_ns, "RecordConflict", message).await;
                 Written::Conflict
             }
-            Err(error) => {
-                tracing::warn!(project, namespace, hub_namespace = hub_ns, %error, "writing the record failed; the next recompute retries");
+            Refusal::Other => {
+                tracing::warn!(
+                    project,
+                    namespace,
+                    hub_namespace = hub_ns,
+                    code = refused.code,
+                    reason = refused.reason,
+                    message = refused.message,
+                    "the hub refused the record; tried again after a backoff"
+                );
                 Written::Error
             }
         }
@@ -372,97 +430,125 @@ impl Producer {
         &self,
         project: &str,
         hub_ns: &str,
-        addresses: &[String],
+        based_on: Option<&str>,
+        record: &HubRecord,
         force: bool,
     ) -> Option<Result<Option<String>, kube::Error>> {
         if !self.may_write(project) {
             return None;
         }
-        let Some(owner) = &self.owner else { return Some(self.apply(hub_ns, addresses, force).await) };
+        let apply = self.apply(hub_ns, based_on, record, force);
+        let Some(owner) = &self.owner else { return Some(apply.await) };
         let (_writing, left) = owner.writing(project)?;
-        let ended = tokio::time::timeout(left, self.apply(hub_ns, addresses, force)).await;
+        let ended = tokio::time::timeout(left, apply).await;
         Some(ended.unwrap_or_else(|_| Err(kube::Error::Service("the write outlasted this replica's lease".into()))))
     }
 
-    /// Server-side apply of the record's addresses.
+    /// Server-side apply of the record's addresses (and what it keeps for another writer).
     /// With the resourceVersion of the record the answer was compared with, where there is one:
     /// a record changed since (another writer, another replica that took the project over) is
     /// not overwritten, the write is refused (409) and made again once the watch shows the
     /// change. Returns the resourceVersion the write made.
-    async fn apply(&self, hub_ns: &str, addresses: &[String], force: bool) -> Result<Option<String>, kube::Error> {
+    async fn apply(
+        &self,
+        hub_ns: &str,
+        based_on: Option<&str>,
+        record: &HubRecord,
+        force: bool,
+    ) -> Result<Option<String>, kube::Error> {
         let mut metadata = json!({"name": self.view.record_name(), "namespace": hub_ns});
         // Broken on purpose (`--test-only-break-the-fence`): writes carry no resourceVersion either.
         let unfenced = self.owner.as_ref().is_some_and(Ownership::unfenced);
-        if let Some(version) = self.view.record_version(hub_ns).filter(|_| !unfenced) {
+        if let Some(version) = based_on.filter(|_| !unfenced) {
             metadata["resourceVersion"] = json!(version);
         }
-        let record = json!({
+        if !record.kept.is_empty() {
+            metadata["annotations"] = json!({KEPT_ANNOTATION: record.kept.join(",")});
+        }
+        let body = json!({
             "apiVersion": "networking.datumapis.com/v1alpha",
             "kind": "EdgeReachability",
             "metadata": metadata,
-            "spec": {"addresses": addresses},
+            "spec": {"addresses": record.addresses},
         });
         let mut params = PatchParams::apply(FIELD_MANAGER);
         params.force = force;
         let api: Api<edgegate::EdgeReachability> = Api::namespaced(self.hub.clone(), hub_ns);
-        api.patch(self.view.record_name(), &params, &Patch::Apply(&record))
+        api.patch(self.view.record_name(), &params, &Patch::Apply(&body))
             .await
             .map(|r| kube::ResourceExt::resource_version(&r))
     }
 
-    /// After a conflict: if the record lacks addresses the answer serves (someone else removed
-    /// them, by hand or by tool), take the field over and write what it holds plus those. A
-    /// record that names too few addresses withdraws pods that serve, once the pruner's grace
-    /// has passed; one that names too many costs a table entry, so nothing it holds is dropped.
-    async fn restore_served(&self, project: &str, hub_ns: &str, addresses: &[String]) -> Restore {
-        let current = self.view.with_record(hub_ns, |c| c.map(<[String]>::to_vec)).unwrap_or_default();
-        if addresses.iter().all(|a| current.contains(a)) {
-            return Restore::NotNeeded;
+    /// After a field manager's conflict: if the record lacks addresses the answer serves
+    /// (someone else removed them, by hand or by tool), take the field over and write what it
+    /// holds plus those. A record that names too few addresses withdraws pods that serve, once
+    /// the pruner's grace has passed; one that names too many costs a table entry, so nothing it
+    /// holds is dropped. Without `--force-ownership`, what only the other writer named is kept
+    /// (annotated, and written beside the answer from then on): edgegate cannot know it is not
+    /// served (that writer may read a backend edgegate does not), so taking it away later would
+    /// be a withdrawal on no evidence.
+    async fn restore_served(&self, restore: &Restore<'_>, read: HubRecord, wanted: &HubRecord) -> Restored {
+        if restore.serves.iter().all(|a| read.addresses.contains(a)) {
+            return Restored::NotNeeded;
         }
-        let mut union: Vec<String> =
-            current.into_iter().chain(addresses.iter().cloned()).collect::<BTreeSet<_>>().into_iter().collect();
+        let mut kept: BTreeSet<String> = read.still_kept().into_iter().collect();
+        if !self.force_ownership {
+            kept.extend(read.addresses.iter().filter(|a| !restore.serves.contains(a)).cloned());
+        }
+        let mut union: Vec<String> = read
+            .addresses
+            .into_iter()
+            .chain(wanted.addresses.iter().cloned())
+            .collect::<BTreeSet<_>>()
+            .into_iter()
+            .collect();
         if union.len() > MAX_RECORD_ADDRESSES {
             // What the answer serves comes first; the rest would not fit.
-            union = addresses.to_vec();
+            union = restore.serves.to_vec();
+            kept.clear();
         }
-        let Some(applied) = self.apply_as_writer(project, hub_ns, &union, true).await else {
-            return Restore::Failed;
+        let record = HubRecord { addresses: union, version: None, kept: kept.into_iter().collect() };
+        let Some(applied) =
+            self.apply_as_writer(restore.project, restore.hub_ns, restore.based_on, &record, true).await
+        else {
+            return Restored::Failed;
         };
         let version = match applied {
             Ok(version) => version,
             Err(error) => {
-                tracing::warn!(hub_namespace = hub_ns, %error, "putting served addresses back failed; the next recompute retries");
-                return Restore::Failed;
+                tracing::warn!(hub_namespace = restore.hub_ns, %error, "putting served addresses back failed; the next recompute retries");
+                return Restored::Failed;
             }
         };
-        let written = union.len();
-        self.metrics.addresses(written);
-        self.view.wrote(hub_ns, union, version);
-        Restore::Restored(written)
+        let (after, kept) = (record.addresses.len(), record.kept.len());
+        self.metrics.addresses(after);
+        self.view.wrote(restore.hub_ns, restore.based_on, HubRecord { version, ..record });
+        Restored::Written { after, kept }
     }
 
-    /// End the withdrawal runs of the hub namespaces `which` names.
-    fn end_withdrawals(&self, which: impl Fn(&str) -> bool) {
-        self.withdrawals.lock().end(|(ns, _)| which(ns));
-    }
-
-    /// The answer plus the addresses the record names (or `recent`ly served, unwritten) that the
-    /// answer has lacked for less than `--withdraw-after`, sorted as the answer is. Held
-    /// addresses never push the record over the limit: an answer that fits is written, with as
-    /// many held ones as fit beside it (an addition must not wait for a withdrawal).
-    fn with_held_withdrawals(&self, hub_ns: &str, answer: Vec<String>, recent: Vec<String>) -> Vec<String> {
-        let lacking: Vec<String> = self.view.with_record(hub_ns, |current| {
-            let answer: std::collections::HashSet<&str> = answer.iter().map(String::as_str).collect();
-            let named: BTreeSet<&String> = current.unwrap_or_default().iter().chain(&recent).collect();
-            named.into_iter().filter(|a| !answer.contains(a.as_str())).cloned().collect()
-        });
-        let mut held = self.hold_withdrawals(hub_ns, lacking);
-        if held.is_empty() || answer.len() > MAX_RECORD_ADDRESSES {
-            return answer;
+    /// The answer plus what the record keeps for another writer, plus the addresses the record
+    /// names (or `recent`ly served, unwritten) that the answer has lacked for less than
+    /// `--withdraw-after`, sorted as the answer is. Kept and held addresses never push the
+    /// record over the limit: an answer that fits is written, with as many of them as fit beside
+    /// it (an addition must not wait for a withdrawal), kept ones first.
+    fn with_held_withdrawals(
+        &self,
+        hub_ns: &str,
+        current: Option<&[String]>,
+        serves: &[String],
+        recent: Vec<String>,
+        kept: &[String],
+    ) -> Vec<String> {
+        let beside: std::collections::HashSet<&str> = serves.iter().chain(kept).map(String::as_str).collect();
+        let named: BTreeSet<&String> = current.unwrap_or_default().iter().chain(&recent).collect();
+        let lacking: Vec<String> = named.into_iter().filter(|a| !beside.contains(a.as_str())).cloned().collect();
+        let held = self.hold_withdrawals(hub_ns, lacking);
+        let mut addresses = serves.to_vec();
+        if addresses.len() > MAX_RECORD_ADDRESSES {
+            return addresses;
         }
-        held.truncate(MAX_RECORD_ADDRESSES - answer.len());
-        let mut addresses = answer;
-        addresses.extend(held);
+        let room = MAX_RECORD_ADDRESSES - addresses.len();
+        addresses.extend(kept.iter().chain(&held).filter(|a| !serves.contains(a)).take(room).cloned());
         addresses.sort_unstable();
         addresses.dedup();
         addresses
@@ -476,8 +562,8 @@ impl Producer {
             if lacking.is_empty() && hold.is_empty() {
                 return Vec::new();
             }
-            let observed =
-                hold.observe(clock::now(), lacking.into_iter().map(|a| (hub_ns.to_owned(), a)), |(ns, _)| ns == hub_ns);
+            let scope = Scope::Namespace(hub_ns.to_owned());
+            let observed = hold.observe(clock::now(), &scope, lacking.into_iter().map(|a| (hub_ns.to_owned(), a)));
             let next_due = observed.held.iter().filter_map(|key| hold.due_at(key)).min();
             (observed, next_due)
         };
@@ -546,7 +632,7 @@ impl Producer {
                 .iter()
                 .flat_map(|(_, index)| index.namespaces().into_iter().map(|(_, uid)| format!("ns-{uid}")))
                 .collect();
-            self.end_withdrawals(|ns| !live.contains(ns));
+            self.withdrawals.lock().end_namespaces(|ns| !live.contains(ns));
             self.unwritten.lock().retain(|ns| live.contains(ns));
             self.served.lock().retain(|ns| live.contains(ns));
             self.failing.lock().retain(|ns, _| live.contains(ns));

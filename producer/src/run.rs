@@ -56,7 +56,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         identity: lease.identity.clone(),
         duration: lease.duration,
         prefix: args.lease_name.clone(),
-        unfenced: args.test_only_break_the_fence,
+        unfenced: args.breaks_the_fence(),
     });
     let election = sharing.as_ref().map_or_else(|| lease.clone(), |s| s.member_lease(annotations));
     let controller = Controller::start(&args.hub, &election).await?;

@@ -47,10 +47,8 @@ pub fn named_again(grace: Grace, copies: Arc<CopyIndex>) -> edgegate::index::sou
         if grace.is_empty() {
             return;
         }
-        grace.end(|(ns, name, _)| {
-            ns == namespace
-                && record
-                    .is_none_or(|record| copies.get(ns, name).is_some_and(|c| c.addresses().any(|a| record.names(a))))
+        grace.end(namespace, |(ns, name, _)| {
+            record.is_none_or(|record| copies.get(ns, name).is_some_and(|c| c.addresses().any(|a| record.names(a))))
         });
     })
 }
@@ -145,7 +143,7 @@ impl Pruner {
         if !self.may_delete() {
             // Nothing observed now: runs must not span the gap (the record may name a copy again
             // meanwhile, unseen), so each starts again once this replica looks again.
-            self.grace.lock().end(|_| true);
+            self.grace.lock().end_namespaces(|_| true);
             tracing::debug!(?scope, "pass skipped: not leading, or caches not whole");
             return Vec::new();
         }
@@ -170,13 +168,9 @@ impl Pruner {
     /// namespace with a held copy is passed over again when the first of them falls due.
     fn due(&self, scope: &Scope, planned: Vec<Deletion>) -> Vec<Deletion> {
         let key = |d: &Deletion| (d.namespace.clone(), d.name.clone(), d.uid.clone());
-        let in_scope = |k: &CopyKey| match scope {
-            Scope::Namespace(ns) => k.0 == *ns,
-            Scope::All => true,
-        };
         let (observed, next_due) = {
             let mut grace = self.grace.lock();
-            let observed = grace.observe(clock::now(), planned.iter().map(key), in_scope);
+            let observed = grace.observe(clock::now(), scope, planned.iter().map(key));
             let next_due = first_due_by_namespace(&grace, &observed.held);
             (observed, next_due)
         };

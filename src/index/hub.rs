@@ -15,6 +15,42 @@ use super::source::follow::SnapshotSink;
 use crate::core::crd::EdgeReachability;
 use crate::core::project::NamespaceMeta;
 
+/// The annotation on a record naming the addresses another writer put there that the producer
+/// keeps writing beside its answer (the list is atomic: whoever writes it writes all of it). Set
+/// when the producer puts served addresses back over another field manager without
+/// `--force-ownership`: it cannot know those addresses are not served, so they stay until that
+/// writer or an operator removes them from the record.
+pub const KEPT_ANNOTATION: &str = "edgegate.datumapis.com/kept-addresses";
+
+/// One namespace's record as last seen (or written).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct HubRecord {
+    /// `spec.addresses` as written.
+    pub addresses: Vec<String>,
+    /// Its resourceVersion: a write based on it is refused (409) once the record has changed
+    /// since.
+    pub version: Option<String>,
+    /// What [`KEPT_ANNOTATION`] names.
+    pub kept: Vec<String>,
+}
+
+impl HubRecord {
+    fn of(record: &EdgeReachability) -> Self {
+        let kept = record.annotations().get(KEPT_ANNOTATION).map(String::as_str).unwrap_or_default();
+        HubRecord {
+            addresses: record.entries().to_vec(),
+            version: record.resource_version(),
+            kept: kept.split(',').map(str::trim).filter(|a| !a.is_empty()).map(str::to_owned).collect(),
+        }
+    }
+
+    /// The addresses kept for another writer that the record still names: one its writer (or an
+    /// operator) removed from the record is kept no longer.
+    pub fn still_kept(&self) -> Vec<String> {
+        self.kept.iter().filter(|a| self.addresses.contains(a)).cloned().collect()
+    }
+}
+
 /// Hub namespaces and the records in them, each with whether its watch is whole.
 #[derive(Debug)]
 pub struct HubView {
@@ -22,11 +58,10 @@ pub struct HubView {
     /// Hub namespace → the project it says it belongs to (its
     /// [`UPSTREAM_CLUSTER_LABEL`](crate::core::project::UPSTREAM_CLUSTER_LABEL), if labelled).
     namespaces: RwLock<HashMap<String, Option<String>>>,
-    /// Hub namespace → the record's `spec.addresses` as written.
-    records: RwLock<HashMap<String, Vec<String>>>,
-    /// Hub namespace → the record's resourceVersion as last seen (or written): a write based on
-    /// it is refused (409) once the record has changed since.
-    versions: RwLock<HashMap<String, String>>,
+    /// Hub namespace → its record. Addresses and resourceVersion under one lock: the watch and
+    /// the writers move them together, or the view could hold one writer's addresses under
+    /// another's version.
+    records: RwLock<HashMap<String, HubRecord>>,
     /// Hub namespaces whose record cannot be decoded: what it names is unknown, so the producer
     /// writes nothing there (the webhook and the pruner leave it alone too) until it decodes or
     /// is deleted.
@@ -43,7 +78,6 @@ impl HubView {
             record_name: record_name.into(),
             namespaces: RwLock::default(),
             records: RwLock::default(),
-            versions: RwLock::default(),
             undecodable: RwLock::default(),
             namespaces_synced: AtomicBool::new(false),
             records_synced: AtomicBool::new(false),
@@ -81,23 +115,31 @@ impl HubView {
 
     /// `f` of the record's addresses as written (`None`: no record), without copying them.
     pub fn with_record<T>(&self, namespace: &str, f: impl FnOnce(Option<&[String]>) -> T) -> T {
-        f(self.records.read().get(namespace).map(Vec::as_slice))
+        f(self.records.read().get(namespace).map(|r| r.addresses.as_slice()))
     }
 
-    /// The record's resourceVersion as last seen or written (`None`: no record, or not known).
-    pub fn record_version(&self, namespace: &str) -> Option<String> {
-        self.versions.read().get(namespace).cloned()
+    /// The namespace's record as seen now (`None`: no record): its addresses, version and what
+    /// it keeps, read together.
+    pub fn record(&self, namespace: &str) -> Option<HubRecord> {
+        self.records.read().get(namespace).cloned()
     }
 
-    /// What was just written (and the resourceVersion the write made), so the next recompute
-    /// compares against it before the watch says so.
-    pub fn wrote(&self, namespace: &str, addresses: Vec<String>, version: Option<String>) {
-        self.records.write().insert(namespace.to_owned(), addresses);
-        let mut versions = self.versions.write();
-        match version {
-            Some(version) => versions.insert(namespace.to_owned(), version),
-            None => versions.remove(namespace),
+    /// What a write based on the record at version `based_on` (`None`: no record) made, so the
+    /// next recompute compares against it before the watch says so. Only while the view still
+    /// holds the version the write was based on: the watch may have brought a newer record (ours,
+    /// or another writer's after it) meanwhile, and the view never moves back.
+    pub fn wrote(&self, namespace: &str, based_on: Option<&str>, written: HubRecord) {
+        let mut records = self.records.write();
+        let current = match (records.get(namespace), based_on) {
+            (None, None) => true,
+            (Some(seen), Some(based_on)) => seen.version.as_deref() == Some(based_on),
+            _ => false,
         };
+        if current {
+            records.insert(namespace.to_owned(), written);
+        } else {
+            tracing::debug!(namespace, "the watch has shown a newer record than the write's; the view keeps it");
+        }
     }
 }
 
@@ -148,16 +190,8 @@ impl SnapshotSink<EdgeReachability> for HubWriter {
             .filter(|bad| bad.metadata.name.as_deref() == Some(self.view.record_name.as_str()))
             .filter_map(|bad| bad.metadata.namespace.clone())
             .collect();
-        *self.view.records.write() = list
-            .iter()
-            .filter(|r| wanted(r))
-            .map(|r| (r.namespace().unwrap_or_default(), r.entries().to_vec()))
-            .collect();
-        *self.view.versions.write() = list
-            .iter()
-            .filter(|r| wanted(r))
-            .filter_map(|r| Some((r.namespace().unwrap_or_default(), r.resource_version()?)))
-            .collect();
+        *self.view.records.write() =
+            list.iter().filter(|r| wanted(r)).map(|r| (r.namespace().unwrap_or_default(), HubRecord::of(r))).collect();
         self.view.records_synced.store(true, Ordering::Release);
         let _ = self.changes.send(Change::All);
     }
@@ -165,14 +199,12 @@ impl SnapshotSink<EdgeReachability> for HubWriter {
         if record.name_any() == self.view.record_name {
             let ns = record.namespace().unwrap_or_default();
             self.view.undecodable.write().remove(&ns);
-            if let Some(version) = record.resource_version() {
-                self.view.versions.write().insert(ns.clone(), version);
-            }
-            let previous = self.view.records.write().insert(ns.clone(), record.entries().to_vec());
+            let seen = HubRecord::of(&record);
+            let previous = self.view.records.write().insert(ns.clone(), seen.clone());
             // Addresses changed by someone else (the producer's own writes are in the view
             // already) are put right at once: the pruner withdraws what a record stops naming
             // after its grace, well before a resync would come round.
-            if previous.as_deref() != Some(record.entries()) {
+            if previous.is_none_or(|p| p.addresses != seen.addresses || p.kept != seen.kept) {
                 let _ = self.changes.send(Change::Namespace(ns));
             }
         }
@@ -181,7 +213,6 @@ impl SnapshotSink<EdgeReachability> for HubWriter {
         if record.name_any() == self.view.record_name {
             let ns = record.namespace().unwrap_or_default();
             self.view.records.write().remove(&ns);
-            self.view.versions.write().remove(&ns);
             self.view.undecodable.write().remove(&ns);
             // A record deleted by hand is written again at once (and on every resync).
             let _ = self.changes.send(Change::Namespace(ns));

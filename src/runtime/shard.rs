@@ -81,6 +81,12 @@ pub struct Ownership {
     held: Arc<Mutex<BTreeMap<Bucket, u64>>>,
     /// Record writes under way, by bucket: a bucket is handed over only once its are done.
     writing: Arc<Mutex<BTreeMap<Bucket, usize>>>,
+    /// Buckets being handed over, with the tenure each was held in: taken out of `held` (no
+    /// write starts), their fences cleared once the writes under way have ended. The sharing
+    /// loop goes on meanwhile; the fences still name this replica, so they still count as held
+    /// for the plan (released again at the next look, not taken again) and in
+    /// [`Ownership::held`].
+    releasing: Arc<Mutex<BTreeMap<Bucket, u64>>>,
     /// Told each time a bucket is taken: its projects are written at once.
     taken: watch::Receiver<bool>,
     /// Since when the bucket vacant longest (as this replica sees it) has had nobody who may
@@ -158,10 +164,14 @@ impl Ownership {
         self.writing.lock().get(&bucket).is_none_or(|n| *n == 0)
     }
 
-    /// The buckets held now.
+    /// The buckets held now: those whose fences this replica wrote in this tenure, the ones
+    /// being handed over included until their fences are cleared ([`Ownership::holds`] says
+    /// which may be written).
     pub fn held(&self) -> BTreeSet<Bucket> {
         let Some(tenure) = self.member.tenure() else { return BTreeSet::new() };
-        self.held.lock().iter().filter(|(_, t)| **t == tenure).map(|(b, _)| *b).collect()
+        let held = self.held.lock();
+        let releasing = self.releasing.lock();
+        held.iter().chain(releasing.iter()).filter(|(_, t)| **t == tenure).map(|(b, _)| *b).collect()
     }
 
     /// How long the bucket vacant longest has had nobody who may write (zero: none is).
@@ -229,6 +239,7 @@ pub fn share(
         member,
         held: Arc::default(),
         writing: Arc::default(),
+        releasing: Arc::default(),
         taken,
         vacant_since: Arc::default(),
         unfenced,
@@ -294,6 +305,7 @@ impl Sharer {
             }
         }
         self.ownership.held.lock().clear();
+        self.ownership.releasing.lock().clear();
     }
 
     /// One look at the Leases, and what the plan says.
@@ -312,10 +324,14 @@ impl Sharer {
         let successors = members.iter().filter(|m| m.liveness == Liveness::Live && !m.leaving).count();
         self.ownership.successors.store(successors, std::sync::atomic::Ordering::SeqCst);
         let fences = self.fences(&leases, &members, now);
-        // Fences taken in an earlier tenure are held no more (each is written again first).
-        if let Some(tenure) = self.ownership.member.tenure() {
+        // Fences taken in an earlier tenure are held no more (each is written again first), nor
+        // are handovers begun in one: their fences are written again too, then handed over.
+        let tenure = self.ownership.member.tenure();
+        if let Some(tenure) = tenure {
             self.ownership.held.lock().retain(|_, t| *t == tenure);
         }
+        self.ownership.releasing.lock().retain(|_, t| Some(*t) == tenure);
+        // Those being handed over count as held: the plan says release them (again), not take.
         let held: BTreeSet<Bucket> = self.ownership.held();
         // A view older than this replica's last renewal could show a live member as gone (its
         // renewals not seen yet): nothing is taken until the view shows that renewal, sent
@@ -469,18 +485,38 @@ impl Sharer {
     async fn act(&mut self, plan: &Plan, leases: &BTreeMap<String, Arc<Lease>>) {
         for b in &plan.lost {
             self.ownership.held.lock().remove(b);
+            self.ownership.releasing.lock().remove(b);
             tracing::warn!(bucket = b, "bucket lost: its fence names another replica");
         }
+        // A handover the plan no longer says (its owner is not ready any more, or not its owner,
+        // or this look may take nothing): abandoned, the bucket held again in its tenure.
+        let mut abandoned = Vec::new();
+        self.ownership.releasing.lock().retain(|b, t| {
+            let keep = plan.release.contains(b);
+            if !keep {
+                abandoned.push((*b, *t));
+            }
+            keep
+        });
+        for (b, tenure) in abandoned {
+            self.ownership.held.lock().insert(b, tenure);
+            tracing::info!(bucket = b, "handover abandoned (the plan no longer says release): the bucket is kept");
+        }
         for b in &plan.release {
-            // Stop writing first (no write starts, those under way end), then say so.
-            self.ownership.held.lock().remove(b);
-            let stopping = super::clock::now();
-            while !self.ownership.idle(*b) {
-                if super::clock::since(stopping) > self.config.duration {
-                    tracing::warn!(bucket = b, "a record write still under way; the bucket is kept");
-                    return;
+            // Stop writing first: no write starts from now on (`Ownership::writing` asks under the
+            // same lock). The fence is cleared once the writes under way have ended (each by its
+            // deadline), at this look or a later one: the loop does not wait for them.
+            let first = {
+                let mut held = self.ownership.held.lock();
+                let mut releasing = self.ownership.releasing.lock();
+                let Some(tenure) = held.remove(b).or_else(|| releasing.get(b).copied()) else { continue };
+                releasing.insert(*b, tenure).is_none()
+            };
+            if !self.ownership.idle(*b) {
+                if first {
+                    tracing::info!(bucket = b, "record writes under way: the bucket is released once they have ended");
                 }
-                tokio::time::sleep(Duration::from_millis(20)).await;
+                continue;
             }
             let Some(lease) = leases.get(&self.config.bucket_lease(*b)) else { continue };
             let mut lease = (**lease).clone();
@@ -488,11 +524,14 @@ impl Sharer {
             spec.holder_identity = None;
             match self.api.replace(&lease.name_any(), &PostParams::default(), &lease).await {
                 Ok(written) => {
+                    self.ownership.releasing.lock().remove(b);
                     self.wrote(&lease, written);
                     tracing::info!(bucket = b, "bucket handed over");
                 }
                 Err(error) => {
-                    tracing::warn!(bucket = b, %error, "releasing a bucket failed; it is taken once this replica is gone")
+                    // Still being released: the fence names this replica, so the next look says
+                    // release again.
+                    tracing::warn!(bucket = b, %error, "releasing a bucket failed; tried again at the next look");
                 }
             }
         }
