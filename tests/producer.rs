@@ -582,16 +582,16 @@ fn viewed(h: &Harness) -> (Vec<String>, Option<String>) {
 /// pass was `Unchanged`).
 #[tokio::test]
 async fn a_write_answered_after_a_newer_record_was_watched_does_not_pin_the_older_one() {
-    let hub = hub_driven(vec![hub_record(3, &["fd20::1"], json!({}))], |n, seen, watch, send| {
+    // The first write's answer, held until the test has seen the view take the newer record.
+    let first: Arc<Mutex<Option<(mock::Reply, Value)>>> = Arc::default();
+    let held = Arc::clone(&first);
+    let hub = hub_driven(vec![hub_record(3, &["fd20::1"], json!({}))], move |n, seen, watch, send| {
         let mut ours = seen.body.clone();
         ours["metadata"]["resourceVersion"] = json!((3 + 2 * n - 1).to_string());
         if let Some(watch) = watch.take().filter(|_| n == 1) {
             // rv 4 is ours; rv 5 another writer's, seen on the watch before our answer arrives.
             watch.send_response(watch_event("MODIFIED", &hub_record(5, &["fd20::1"], json!({}))));
-            tokio::spawn(async move {
-                tokio::time::sleep(Duration::from_millis(300)).await;
-                send.send_response(json_response(200, &ours));
-            });
+            *held.lock() = Some((send, ours));
         } else {
             send.send_response(json_response(200, &ours));
         }
@@ -602,7 +602,13 @@ async fn a_write_answered_after_a_newer_record_was_watched_does_not_pin_the_olde
         h.hub_log.lock().expect("log").iter().any(|s| s.path() == RECORDS && s.is_watch() && !s.is_streaming_list())
     })
     .await;
-    assert_eq!(h.producer.pass(&[Trigger::Hub(Change::All)]).await, [Written::Applied]);
+    let answered = async {
+        until("the newer record watched", || viewed(&h).1.as_deref() == Some("5")).await;
+        let (send, ours) = first.lock().take().expect("the first write, held");
+        send.send_response(json_response(200, &ours));
+    };
+    let (written, ()) = tokio::join!(h.producer.pass(&[Trigger::Hub(Change::All)]), answered);
+    assert_eq!(written, [Written::Applied]);
     assert_eq!(viewed(&h), (vec!["fd20::1".to_owned()], Some("5".to_owned())), "the newer record, not ours");
     assert_eq!(h.producer.pass(&[Trigger::Hub(Change::All)]).await, [Written::Applied], "fd20::2 written again");
     let patches: Vec<Seen> = h.hub_log.lock().expect("log").iter().filter(|s| s.method == "PATCH").cloned().collect();
@@ -720,4 +726,33 @@ async fn each_refusal_is_acted_on_as_its_status_says() {
         let sent_forced = log.iter().any(|s| s.method == "PATCH" && s.uri.contains("force=true"));
         assert_eq!((reason, sent_forced), (vec![written], forced), "{log:?}");
     }
+}
+
+/// A restore keeps only what the other writer alone named: an address the producer itself is
+/// withdrawing (held since an earlier look, here fd20::9) is put back with the rest but not kept,
+/// so it still leaves once `--withdraw-after` has passed. As a review of the first version found
+/// (it kept every address the answer lacked, the producer's own withdrawals included).
+#[tokio::test]
+async fn a_restore_does_not_keep_the_producers_own_withdrawals() {
+    use edgegate::core::plan::Scope;
+    let conflict: Value =
+        serde_json::from_str(include_str!("fixtures/hub/conflict-field-managers.json")).expect("a Status");
+    let hub = hub_driven(vec![hub_record(3, &["fd20::1", "fd20::9"], json!({}))], move |n, seen, _, send| {
+        if n == 1 {
+            send.send_response(json_response(409, &conflict));
+        } else {
+            send.send_response(json_response(200, &seen.body));
+        }
+    });
+    let mut h = start_with(project(None, None), hub);
+    h.producer.withdrawals = Mutex::new(Hold::new(Duration::from_secs(60)));
+    let earlier = edgegate::runtime::clock::now();
+    let ours = ("ns-u1".to_owned(), "fd20::9".to_owned());
+    h.producer.withdrawals.lock().observe(earlier, &Scope::Namespace("ns-u1".into()), [ours]);
+    until("the project and the hub listed", || project_synced(&h) && h.producer.view.synced()).await;
+    assert_eq!(h.producer.pass(&[Trigger::Hub(Change::All)]).await, [Written::Applied]);
+    let sent: Vec<Seen> = h.hub_log.lock().expect("log").iter().filter(|s| s.method == "PATCH").cloned().collect();
+    assert_eq!(sent.len(), 2, "the apply, then the restore");
+    assert_eq!(sent[1].body["spec"]["addresses"], json!(["fd20::1", "fd20::2", "fd20::9"]));
+    assert_eq!(sent[1].body["metadata"]["annotations"], Value::Null, "nothing kept: {}", sent[1].body);
 }

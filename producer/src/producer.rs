@@ -36,6 +36,18 @@ struct Restore<'a> {
     based_on: Option<&'a str>,
     /// What the answer serves.
     serves: &'a [String],
+    /// The producer's own withdrawals under way (held since an earlier look): its addresses,
+    /// not the other writer's.
+    withdrawing: &'a [String],
+}
+
+/// Addresses the answer lacks, held until lacked for `--withdraw-after`.
+#[derive(Default)]
+struct Withdrawing {
+    /// Still held (in the record until due).
+    held: Vec<String>,
+    /// Those of them held since before this look.
+    before: Vec<String>,
 }
 
 /// How a restore ended.
@@ -259,7 +271,8 @@ impl Producer {
         // version, whatever the watch brings meanwhile.
         let read = self.view.record(&hub_ns);
         let current = read.as_ref().map(|r| r.addresses.as_slice());
-        let kept = read.as_ref().map(HubRecord::still_kept).unwrap_or_default();
+        // With --force-ownership the producer owns the whole list: nothing is kept for others.
+        let kept = read.as_ref().filter(|_| !self.force_ownership).map(HubRecord::still_kept).unwrap_or_default();
         let changed = index.changed_answer(namespace, current);
         self.metrics.recompute(started.elapsed());
         let answer = match changed {
@@ -283,7 +296,7 @@ impl Producer {
             );
         }
         let serves = answer.addresses;
-        let addresses = self.with_held_withdrawals(&hub_ns, current, &serves, recent, &kept);
+        let (addresses, withdrawing) = self.with_held_withdrawals(&hub_ns, current, &serves, recent, &kept);
         if current == Some(addresses.as_slice()) {
             self.unwritten.lock().written(&hub_ns);
             return Written::Unchanged; // what changed is only held withdrawals
@@ -310,6 +323,12 @@ impl Producer {
         }
         let based_on = read.as_ref().and_then(|r| r.version.clone());
         let record = HubRecord { addresses, version: None, kept };
+        if self.view.record(&hub_ns).and_then(|r| r.version) != based_on {
+            // Changed while the write waited its turn: compared again with what is there now.
+            self.unwritten.lock().observe(&hub_ns, &record.addresses, clock::now());
+            self.again_at(&hub_ns, clock::now());
+            return Written::Skipped;
+        }
         // Right before the write: leadership is a deadline that passes on its own.
         let Some(applied) =
             self.apply_as_writer(project, &hub_ns, based_on.as_deref(), &record, self.force_ownership).await
@@ -349,10 +368,19 @@ impl Producer {
                     "the record changed since it was read; not overwritten"
                 );
                 self.unwritten.lock().observe(&hub_ns, &record.addresses, clock::now());
+                // The watch brings the newer record, but a change of its metadata alone asks for
+                // no recompute: looked at again shortly either way.
+                self.again_at(&hub_ns, clock::now() + retry_after(1));
                 Written::Skipped
             }
             Refusal::FieldManagers => {
-                let restore = Restore { project, hub_ns: &hub_ns, based_on: based_on.as_deref(), serves: &serves };
+                let restore = Restore {
+                    project,
+                    hub_ns: &hub_ns,
+                    based_on: based_on.as_deref(),
+                    serves: &serves,
+                    withdrawing: &withdrawing,
+                };
                 match self.restore_served(&restore, read.unwrap_or_default(), &record).await {
                     Restored::NotNeeded => {}
                     // The record still lacks served addresses: that is no current record.
@@ -491,9 +519,10 @@ impl Producer {
         if restore.serves.iter().all(|a| read.addresses.contains(a)) {
             return Restored::NotNeeded;
         }
-        let mut kept: BTreeSet<String> = read.still_kept().into_iter().collect();
+        let mut kept: BTreeSet<String> = wanted.kept.iter().cloned().collect();
         if !self.force_ownership {
-            kept.extend(read.addresses.iter().filter(|a| !restore.serves.contains(a)).cloned());
+            let theirs = |a: &&String| !restore.serves.contains(a) && !restore.withdrawing.contains(a);
+            kept.extend(read.addresses.iter().filter(theirs).cloned());
         }
         let mut union: Vec<String> = read
             .addresses
@@ -503,9 +532,10 @@ impl Producer {
             .into_iter()
             .collect();
         if union.len() > MAX_RECORD_ADDRESSES {
-            // What the answer serves comes first; the rest would not fit.
-            union = restore.serves.to_vec();
-            kept.clear();
+            // What the answer serves, then what is kept and held, come first; the rest would not
+            // fit.
+            union.clone_from(&wanted.addresses);
+            kept.retain(|a| union.contains(a));
         }
         let record = HubRecord { addresses: union, version: None, kept: kept.into_iter().collect() };
         let Some(applied) =
@@ -530,7 +560,8 @@ impl Producer {
     /// names (or `recent`ly served, unwritten) that the answer has lacked for less than
     /// `--withdraw-after`, sorted as the answer is. Kept and held addresses never push the
     /// record over the limit: an answer that fits is written, with as many of them as fit beside
-    /// it (an addition must not wait for a withdrawal), kept ones first.
+    /// it (an addition must not wait for a withdrawal), kept ones first. Also returns the
+    /// producer's own withdrawals under way since an earlier look.
     fn with_held_withdrawals(
         &self,
         hub_ns: &str,
@@ -538,29 +569,30 @@ impl Producer {
         serves: &[String],
         recent: Vec<String>,
         kept: &[String],
-    ) -> Vec<String> {
+    ) -> (Vec<String>, Vec<String>) {
         let beside: std::collections::HashSet<&str> = serves.iter().chain(kept).map(String::as_str).collect();
         let named: BTreeSet<&String> = current.unwrap_or_default().iter().chain(&recent).collect();
         let lacking: Vec<String> = named.into_iter().filter(|a| !beside.contains(a.as_str())).cloned().collect();
-        let held = self.hold_withdrawals(hub_ns, lacking);
+        let withdrawing = self.hold_withdrawals(hub_ns, lacking);
         let mut addresses = serves.to_vec();
         if addresses.len() > MAX_RECORD_ADDRESSES {
-            return addresses;
+            return (addresses, withdrawing.before);
         }
         let room = MAX_RECORD_ADDRESSES - addresses.len();
-        addresses.extend(kept.iter().chain(&held).filter(|a| !serves.contains(a)).take(room).cloned());
+        addresses.extend(kept.iter().chain(&withdrawing.held).filter(|a| !serves.contains(a)).take(room).cloned());
         addresses.sort_unstable();
         addresses.dedup();
-        addresses
+        (addresses, withdrawing.before)
     }
 
-    /// Observe which of the record's addresses the answer lacks now; returns those still held.
+    /// Observe which of the record's addresses the answer lacks now; returns those still held,
+    /// and which of them were held before this look.
     /// The namespace comes round again when the first address held falls due.
-    fn hold_withdrawals(&self, hub_ns: &str, lacking: Vec<String>) -> Vec<String> {
+    fn hold_withdrawals(&self, hub_ns: &str, lacking: Vec<String>) -> Withdrawing {
         let (observed, next_due) = {
             let mut hold = self.withdrawals.lock();
             if lacking.is_empty() && hold.is_empty() {
-                return Vec::new();
+                return Withdrawing::default();
             }
             let scope = Scope::Namespace(hub_ns.to_owned());
             let observed = hold.observe(clock::now(), &scope, lacking.into_iter().map(|a| (hub_ns.to_owned(), a)));
@@ -579,7 +611,9 @@ impl Producer {
         if let (Some(again), Some(due_at)) = (&self.again, next_due) {
             again.at(Trigger::Hub(Change::Namespace(hub_ns.to_owned())), due_at);
         }
-        observed.held.into_iter().map(|(_, a)| a).collect()
+        let started: BTreeSet<&String> = observed.started.iter().map(|((_, a), _)| a).collect();
+        let before = observed.held.iter().map(|(_, a)| a).filter(|a| !started.contains(a)).cloned().collect();
+        Withdrawing { held: observed.held.into_iter().map(|(_, a)| a).collect(), before }
     }
 
     /// A Warning Event on the namespace's record.
@@ -674,10 +708,8 @@ impl Producer {
                 self.unwritten.lock().observe(&hub_ns, &answer, clock::now());
                 // An oversized answer is written again when it changes (its events); a failed
                 // write is retried, this namespace alone, after a backoff.
-                if written == Written::Error
-                    && let Some(again) = &self.again
-                {
-                    again.at(Trigger::Hub(Change::Namespace(hub_ns)), clock::now() + retry_after(failures));
+                if written == Written::Error {
+                    self.again_at(&hub_ns, clock::now() + retry_after(failures));
                 }
             }
             Written::Applied | Written::Unchanged => {
@@ -686,6 +718,13 @@ impl Producer {
             // Not written, and not a failure of the write: the record stays as it was, and so does
             // whether its last write failed.
             Written::NoHubNamespace | Written::Conflict | Written::Skipped => {}
+        }
+    }
+
+    /// Ask for `hub_ns` to be recomputed at `at`.
+    fn again_at(&self, hub_ns: &str, at: Instant) {
+        if let Some(again) = &self.again {
+            again.at(Trigger::Hub(Change::Namespace(hub_ns.to_owned())), at);
         }
     }
 
