@@ -15,7 +15,7 @@ use parking_lot::Mutex;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
-use mock::{Log, json_response, status};
+use mock::{Log, json_response, status, until};
 
 const NAME: &str = "edgegate-producer-member-edgegate-producer-0";
 const ME: &str = "edgegate-producer-0";
@@ -68,15 +68,6 @@ fn start(client: &kube::Client, shutdown: &CancellationToken) -> Leadership {
 
 fn puts(log: &Log) -> usize {
     log.lock().expect("log").iter().filter(|s| s.method == "PUT").count()
-}
-
-async fn until(what: &str, bound: Duration, mut done: impl FnMut() -> bool) -> Duration {
-    let start = Instant::now();
-    while !done() {
-        assert!(start.elapsed() < bound, "{what}: not within {bound:?}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    start.elapsed()
 }
 
 /// A new process whose name holds the Lease (its predecessor's last renewal) waits, as for anyone

@@ -12,7 +12,7 @@ mod mock;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use edgegate::core::shard::{BUCKETS, Bucket, bucket, rank};
 use edgegate::runtime::lease::elect;
@@ -22,7 +22,7 @@ use serde_json::{Value, json};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-use mock::{Log, Reply, Seen, json_response, status};
+use mock::{Log, Reply, Seen, json_response, status, until};
 
 const NAMESPACE: &str = "edgegate-system";
 const LEASES: &str = "/apis/coordination.k8s.io/v1/namespaces/edgegate-system/leases";
@@ -227,15 +227,6 @@ impl Harness {
     fn released(&self, b: Bucket) -> bool {
         self.fence_writes(b).contains(&None)
     }
-}
-
-async fn until(what: &str, bound: Duration, mut done: impl FnMut() -> bool) -> Duration {
-    let start = Instant::now();
-    while !done() {
-        assert!(start.elapsed() < bound, "{what}: not within {bound:?}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    start.elapsed()
 }
 
 /// Two buckets to hand over, a record write under way in the first: the second is released at

@@ -141,3 +141,13 @@ pub fn assert_within(log: &Log, rules: &[Rule], which: &str) {
         assert!(allows(rules, &group, &resource, verb), "{call:?} is not in rbac::{which}");
     }
 }
+
+/// Wait until `done`, at most `bound` (the failure names `what`); returns how long it took.
+pub async fn until(what: &str, bound: std::time::Duration, mut done: impl FnMut() -> bool) -> std::time::Duration {
+    let start = std::time::Instant::now();
+    while !done() {
+        assert!(start.elapsed() < bound, "{what}: not within {bound:?}");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    start.elapsed()
+}
