@@ -134,7 +134,7 @@ fn start_with(project_lists: Vec<(&'static str, Option<Vec<Value>>)>, hub: (Clie
         unwritten: Arc::new(Mutex::new(edgegate::core::unwritten::Unwritten::new(Duration::ZERO))),
         served: Arc::new(Mutex::new(edgegate::core::unwritten::Unwritten::new(Duration::from_secs(5)))),
         failing: Arc::default(),
-        again: None,
+        queue: edgegate::runtime::queue::WorkQueue::new(),
         leader,
         owner: None,
         metrics: Arc::new(Metrics::new()),
@@ -481,17 +481,6 @@ async fn a_live_read_bounds_what_a_pass_waits() {
     assert!(evidence.confirm(&copy).await, "answered just now: vouched for");
 }
 
-/// A write that always fails is retried, its namespace alone, after a doubling wait up to a
-/// minute: before, every failed write asked for a pass over every namespace 2 s later, for ever.
-#[test]
-fn a_failed_write_is_retried_with_a_doubling_wait() {
-    use edgegate_producer::producer::{RETRY_AT_MOST, retry_after};
-    let waits: Vec<u64> = (1..=8).map(|n| retry_after(n).as_secs()).collect();
-    assert_eq!(waits, [2, 4, 8, 16, 32, 60, 60, 60]);
-    assert_eq!(retry_after(u32::MAX), RETRY_AT_MOST);
-    assert_eq!(retry_after(0), Duration::from_secs(2));
-}
-
 /// A hub namespace's event writes that namespace's record alone, found by its UID (in the
 /// project its label names first): no list of every namespace of every project per event.
 #[tokio::test]
@@ -755,4 +744,46 @@ async fn a_restore_does_not_keep_the_producers_own_withdrawals() {
     assert_eq!(sent.len(), 2, "the apply, then the restore");
     assert_eq!(sent[1].body["spec"]["addresses"], json!(["fd20::1", "fd20::2", "fd20::9"]));
     assert_eq!(sent[1].body["metadata"]["annotations"], Value::Null, "nothing kept: {}", sent[1].body);
+}
+
+/// Writes run on the work queue: the first record's write hangs (the hub never answers it), and
+/// the other namespace's record is written meanwhile. Failed before the queue: one pass wrote
+/// every namespace in turn, so a write that hung held up every other one.
+#[tokio::test]
+async fn a_hung_write_holds_up_its_own_namespace_only() {
+    let mut lists = project(None, None);
+    let namespaces = lists.iter_mut().find(|(p, _)| *p == NAMESPACES).expect("namespaces");
+    namespaces.1 = Some(vec![
+        json!({"metadata": {"name": "p", "uid": "u1", "resourceVersion": "1"}}),
+        json!({"metadata": {"name": "q", "uid": "u2", "resourceVersion": "1"}}),
+    ]);
+    let hub_namespaces = vec![json!({"metadata": {"name": "ns-u1"}}), json!({"metadata": {"name": "ns-u2"}})];
+    // The hub, but the first PATCH it gets is never answered.
+    let hung: Arc<Mutex<Vec<mock::Reply>>> = Arc::default();
+    let hub = mock::serve({
+        let hung = Arc::clone(&hung);
+        let lists = [(NAMESPACES, hub_namespaces), (RECORDS, vec![])];
+        let mut open = Vec::new();
+        move |seen, send| match seen.method.as_str() {
+            "GET" if seen.is_watch() && !seen.is_streaming_list() => open.push(send),
+            "GET" => match lists.iter().find(|(p, _)| *p == seen.path()) {
+                Some((_, items)) => send.send_response(initial_events(items)),
+                None => open.push(send),
+            },
+            "PATCH" if hung.lock().is_empty() => hung.lock().push(send),
+            _ => send.send_response(json_response(200, &seen.body)),
+        }
+    });
+    let h = start_with(lists, hub);
+    until("the project and the hub listed", || project_synced(&h) && h.producer.view.synced()).await;
+    let Harness { producer, hub_log, .. } = h;
+    let (tx, triggers) = mpsc::unbounded_channel();
+    let shutdown = CancellationToken::new();
+    let running = tokio::spawn(producer.run(triggers, Duration::from_secs(3600), 2, shutdown.clone()));
+    tx.send(Trigger::Hub(Change::All)).expect("trigger");
+    let patches = || hub_log.lock().expect("log").iter().filter(|s| s.method == "PATCH").count();
+    until("both namespaces' writes sent", || patches() == 2).await;
+    assert_eq!(hung.lock().len(), 1, "one write hangs, the other was answered");
+    shutdown.cancel();
+    running.await.expect("the producer stops");
 }

@@ -106,6 +106,11 @@ pub struct Args {
     #[arg(long, requires = "shard")]
     pub test_only_break_the_fence: bool,
 
+    /// Hub namespaces written at once: each by one worker at a time, so one slow write holds up
+    /// its own namespace only.
+    #[arg(long, env = "EDGEGATE_WORKERS", default_value_t = 8, value_parser = clap::value_parser!(u16).range(1..=256))]
+    pub workers: u16,
+
     /// Name of the coordination.k8s.io/v1 Lease that elects the one replica that writes.
     #[arg(long, env = "EDGEGATE_LEASE_NAME", default_value = "edgegate-producer")]
     pub lease_name: String,

@@ -35,6 +35,9 @@ pub struct Metrics {
     mismatched: Gauge,
     /// Sharing (`--shard`): buckets held here, and the longest any has had nobody who may write.
     shards: Option<(Gauge, Gauge)>,
+    /// The work queue: distinct hub namespaces waiting, the oldest one's wait, retries so far.
+    queue: (Gauge, Gauge, Counter),
+    retries_seen: parking_lot::Mutex<u64>,
 }
 
 /// `{reason}` of [`crate::evidence::Held`].
@@ -83,6 +86,21 @@ impl Metrics {
             "producer_label_mismatches",
             "Hub namespaces whose project label (meta.datumapis.com/upstream-cluster-name) names another project than the one whose record is written there",
         );
+        let depth = registered(
+            &mut registry,
+            "producer_queue_depth",
+            "Hub namespaces waiting to be written (now, at a later instant, or once more after the write under way): at most the distinct namespaces",
+        );
+        let oldest = registered(
+            &mut registry,
+            "producer_queue_oldest_seconds",
+            "How long the hub namespace waiting longest to be written now has waited",
+        );
+        let retries = registered(
+            &mut registry,
+            "producer_queue_retries",
+            "Hub namespaces put back after a failed write, each after its own backoff",
+        );
         // Every result from the start, at 0: an alert on increase() sees the first one.
         for result in crate::producer::Written::COUNTED.map(crate::producer::Written::label) {
             let _ = writes.get_or_create(&ResultLabels { result });
@@ -99,6 +117,8 @@ impl Metrics {
             held,
             mismatched,
             shards: None,
+            queue: (depth, oldest, retries),
+            retries_seen: parking_lot::Mutex::new(0),
         }
     }
 
@@ -116,6 +136,16 @@ impl Metrics {
         );
         self.shards = Some((held, vacancy));
         self
+    }
+
+    /// The work queue's depth, oldest wait and retries so far.
+    pub fn set_queue(&self, depth: usize, oldest: Duration, retries: u64) {
+        let (d, o, r) = &self.queue;
+        d.set(i64::try_from(depth).unwrap_or(i64::MAX));
+        o.set(i64::try_from(oldest.as_secs()).unwrap_or(i64::MAX));
+        let mut seen = self.retries_seen.lock();
+        r.inc_by(retries.saturating_sub(*seen));
+        *seen = (*seen).max(retries);
     }
 
     /// Sharing: buckets held, and the longest vacancy.

@@ -16,8 +16,9 @@ use edgegate::index::hub::{HubRecord, HubView, KEPT_ANNOTATION};
 use edgegate::index::project::ProjectIndex;
 use edgegate::runtime::clock;
 use edgegate::runtime::lease::Leadership;
+use edgegate::runtime::queue::{self, Outcome, RETRY_FIRST, WorkQueue};
 use edgegate::runtime::shard::Ownership;
-use edgegate::runtime::wakeups::{Later, Wakeup, Wakeups};
+use edgegate::runtime::wakeups::{Wakeup, Wakeups};
 use kube::api::{Patch, PatchParams};
 use kube::runtime::events::{Event, EventType, Recorder};
 use kube::{Api, Client};
@@ -89,17 +90,6 @@ impl Refusal {
         }
     }
 }
-
-/// How soon a namespace whose write failed is written again: 2 s after the first failure, twice
-/// as long after each next one, at most [`RETRY_AT_MOST`]; a hub that refuses one namespace's
-/// record for ever costs a write a minute, not a pass over everything every 2 s.
-pub fn retry_after(failures: u32) -> Duration {
-    let doubled = 2u64.saturating_pow(failures.saturating_sub(1).min(16));
-    Duration::from_secs(2).saturating_mul(u32::try_from(doubled).unwrap_or(u32::MAX)).min(RETRY_AT_MOST)
-}
-
-/// The longest wait before a failed write is tried again.
-pub const RETRY_AT_MOST: Duration = Duration::from_secs(60);
 
 /// The field manager of every write.
 pub const FIELD_MANAGER: &str = "edgegate-producer";
@@ -201,11 +191,11 @@ pub struct Producer {
     pub served: Arc<Mutex<Unwritten>>,
     /// Hub namespaces whose last write failed, with how many times in a row: their records may
     /// lack what serves, so no copy there is deleted ([`crate::evidence`]) until a write
-    /// succeeds; each is tried again after [`retry_after`].
+    /// succeeds; each is tried again after its backoff in [`Producer::queue`].
     pub failing: Arc<Mutex<HashMap<String, u32>>>,
-    /// Where a hub namespace is asked to be recomputed once a held address is due to leave, or
-    /// its failed write is to be tried again.
-    pub again: Option<Later<Trigger>>,
+    /// The hub namespaces to write, now or at a later instant (a held address falls due), each
+    /// by one worker at a time; a failed write comes back after its own backoff.
+    pub queue: WorkQueue<String>,
     /// Whether this replica may write now.
     pub leader: Leadership,
     /// Sharing (`--shard`): which projects' records this replica may write, besides `leader`
@@ -326,7 +316,7 @@ impl Producer {
         if self.view.record(&hub_ns).and_then(|r| r.version) != based_on {
             // Changed while the write waited its turn: compared again with what is there now.
             self.unwritten.lock().observe(&hub_ns, &record.addresses, clock::now());
-            self.again_at(&hub_ns, clock::now());
+            self.queue.add(hub_ns.clone());
             return Written::Skipped;
         }
         // Right before the write: leadership is a deadline that passes on its own.
@@ -370,7 +360,7 @@ impl Producer {
                 self.unwritten.lock().observe(&hub_ns, &record.addresses, clock::now());
                 // The watch brings the newer record, but a change of its metadata alone asks for
                 // no recompute: looked at again shortly either way.
-                self.again_at(&hub_ns, clock::now() + retry_after(1));
+                self.queue.add_at(hub_ns.clone(), clock::now() + RETRY_FIRST);
                 Written::Skipped
             }
             Refusal::FieldManagers => {
@@ -608,8 +598,8 @@ impl Producer {
         }
         // The namespace comes round again when its first held address falls due; that pass asks
         // again for the next (one queued instant per namespace: the earliest).
-        if let (Some(again), Some(due_at)) = (&self.again, next_due) {
-            again.at(Trigger::Hub(Change::Namespace(hub_ns.to_owned())), due_at);
+        if let Some(due_at) = next_due {
+            self.queue.add_at(hub_ns.to_owned(), due_at);
         }
         let started: BTreeSet<&String> = observed.started.iter().map(|((_, a), _)| a).collect();
         let before = observed.held.iter().map(|(_, a)| a).filter(|a| !started.contains(a)).cloned().collect();
@@ -655,36 +645,56 @@ impl Producer {
         }
     }
 
-    /// Write what `triggers` ask for, each namespace once.
+    /// The hub namespaces `trigger` asks to write: the keys of the work queue.
+    fn keys(&self, trigger: &Trigger) -> Vec<String> {
+        if let Trigger::Hub(Change::Namespace(hub_ns)) = trigger {
+            return vec![hub_ns.clone()];
+        }
+        let targets = self.targets(trigger).into_iter();
+        targets.filter_map(|(_, index, ns)| index.uid(&ns).map(|uid| format!("ns-{uid}"))).collect()
+    }
+
+    /// Withdrawals and notes held for hub namespaces no engaged project has any more (a project
+    /// namespace deleted, a project disengaged) are over: nothing will look at them again.
+    fn forget_gone(&self) {
+        let live: BTreeSet<String> = self
+            .projects()
+            .iter()
+            .flat_map(|(_, index)| index.namespaces().into_iter().map(|(_, uid)| format!("ns-{uid}")))
+            .collect();
+        self.withdrawals.lock().end_namespaces(|ns| !live.contains(ns));
+        self.unwritten.lock().retain(|ns| live.contains(ns));
+        self.served.lock().retain(|ns| live.contains(ns));
+        self.failing.lock().retain(|ns, _| live.contains(ns));
+        self.mismatched.lock().retain(|ns| live.contains(ns));
+    }
+
+    /// Write one hub namespace's record, from the engaged project namespace it is of (found now,
+    /// by its UID): `None` if no engaged project has it.
+    pub async fn write_namespace(&self, hub_ns: &str) -> Option<Written> {
+        let uid = hub_ns.strip_prefix("ns-")?;
+        let hint = labelled_project(&self.view, &self.projects, hub_ns);
+        let (project, index, ns) = find_by_uid(&self.projects, uid, hint.as_deref())?;
+        let written = self.write(&project, &index, &ns).await;
+        self.note_failure(&index, &ns, written);
+        if written != Written::Skipped {
+            self.metrics.write(written.label());
+        }
+        Some(written)
+    }
+
+    /// Write what `triggers` ask for, each namespace once, one after another: what the workers
+    /// do, in the order asked (the mock suites state each write's outcome so).
     pub async fn pass(&self, triggers: &[Trigger]) -> Vec<Written> {
         self.set_state();
         if triggers.contains(&Trigger::Hub(Change::All)) {
-            // Withdrawals held for hub namespaces no engaged project has any more (a project
-            // namespace deleted, a project disengaged) are over: nothing will look at them again.
-            let live: BTreeSet<String> = self
-                .projects()
-                .iter()
-                .flat_map(|(_, index)| index.namespaces().into_iter().map(|(_, uid)| format!("ns-{uid}")))
-                .collect();
-            self.withdrawals.lock().end_namespaces(|ns| !live.contains(ns));
-            self.unwritten.lock().retain(|ns| live.contains(ns));
-            self.served.lock().retain(|ns| live.contains(ns));
-            self.failing.lock().retain(|ns, _| live.contains(ns));
-            self.mismatched.lock().retain(|ns| live.contains(ns));
+            self.forget_gone();
         }
         let mut seen = BTreeSet::new();
         let mut outcomes = Vec::new();
-        for trigger in triggers {
-            for (project, index, ns) in self.targets(trigger) {
-                if !seen.insert((project.clone(), ns.clone())) {
-                    continue;
-                }
-                let written = self.write(&project, &index, &ns).await;
-                self.note_failure(&index, &ns, written);
-                if written != Written::Skipped {
-                    self.metrics.write(written.label());
-                }
-                outcomes.push(written);
+        for key in triggers.iter().flat_map(|t| self.keys(t)) {
+            if seen.insert(key.clone()) {
+                outcomes.extend(self.write_namespace(&key).await);
             }
         }
         outcomes
@@ -698,19 +708,15 @@ impl Producer {
         let hub_ns = format!("ns-{uid}");
         match written {
             Written::Error | Written::Oversized => {
-                let failures = {
+                {
                     let mut failing = self.failing.lock();
                     let failures = failing.entry(hub_ns.clone()).or_default();
                     *failures = failures.saturating_add(1);
-                    *failures
-                };
+                }
                 let answer = index.reachable(namespace).addresses;
                 self.unwritten.lock().observe(&hub_ns, &answer, clock::now());
                 // An oversized answer is written again when it changes (its events); a failed
-                // write is retried, this namespace alone, after a backoff.
-                if written == Written::Error {
-                    self.again_at(&hub_ns, clock::now() + retry_after(failures));
-                }
+                // write is retried, this namespace alone, after its backoff (the work queue's).
             }
             Written::Applied | Written::Unchanged => {
                 self.failing.lock().remove(&hub_ns);
@@ -718,13 +724,6 @@ impl Producer {
             // Not written, and not a failure of the write: the record stays as it was, and so does
             // whether its last write failed.
             Written::NoHubNamespace | Written::Conflict | Written::Skipped => {}
-        }
-    }
-
-    /// Ask for `hub_ns` to be recomputed at `at`.
-    fn again_at(&self, hub_ns: &str, at: Instant) {
-        if let Some(again) = &self.again {
-            again.at(Trigger::Hub(Change::Namespace(hub_ns.to_owned())), at);
         }
     }
 
@@ -739,30 +738,50 @@ impl Producer {
         self.metrics.set_state(self.leader.is_leader(), &projects);
     }
 
-    /// Passes until `shutdown`: one per batch of triggers, one over everything on each resync
-    /// tick and whenever this replica becomes leader.
-    pub async fn run(self, triggers: mpsc::UnboundedReceiver<Trigger>, resync: Duration, shutdown: CancellationToken) {
+    /// Until `shutdown`: each trigger's hub namespaces queued (every one on each resync tick and
+    /// whenever this replica becomes leader), and written by `workers` workers, a namespace by
+    /// one at a time. At shutdown the writes sent complete (for 2 s at most) before the Lease is
+    /// handed over.
+    pub async fn run(
+        self,
+        triggers: mpsc::UnboundedReceiver<Trigger>,
+        resync: Duration,
+        workers: u16,
+        shutdown: CancellationToken,
+    ) {
         // Sharing, a bucket taken is what leading is otherwise: its projects are written at once.
         let became = self.owner.as_ref().map_or_else(|| self.leader.changes(), Ownership::taken);
-        let mut wakeups = Wakeups::new(triggers, resync, became).with_later(self.again.clone());
-        while let Some(wakeup) = wakeups.next(&shutdown).await {
-            let first = match wakeup {
-                Wakeup::Change(trigger) => trigger,
-                Wakeup::Everything => Trigger::Hub(Change::All),
-            };
-            // Whatever else arrived meanwhile joins this pass: a burst of events, one write each.
-            let mut batch = vec![first];
-            batch.extend(std::iter::from_fn(|| wakeups.try_next_change()));
-            let pass = self.pass(&batch);
-            tokio::pin!(pass);
-            tokio::select! {
-                _ = &mut pass => {}
-                () = shutdown.cancelled() => {
-                    // The writes it has sent complete before the Lease is handed over.
-                    let _ = tokio::time::timeout(Duration::from_secs(2), pass).await;
-                    return;
+        let mut wakeups = Wakeups::new(triggers, resync, became);
+        let feed = async {
+            while let Some(wakeup) = wakeups.next(&shutdown).await {
+                let trigger = match wakeup {
+                    Wakeup::Change(trigger) => trigger,
+                    Wakeup::Everything => Trigger::Hub(Change::All),
+                };
+                self.set_state();
+                if trigger == Trigger::Hub(Change::All) {
+                    self.forget_gone();
+                }
+                for key in self.keys(&trigger) {
+                    self.queue.add(key);
                 }
             }
+        };
+        let this = &self;
+        let write = move |hub_ns: String| async move {
+            match this.write_namespace(&hub_ns).await {
+                Some(Written::Error) => Outcome::Retry,
+                _ => Outcome::Done,
+            }
+        };
+        let work = queue::work(self.queue.clone(), usize::from(workers), shutdown.clone(), write);
+        let stopped = async {
+            shutdown.cancelled().await;
+            tokio::time::sleep(Duration::from_secs(2)).await;
+        };
+        tokio::select! {
+            _ = async { tokio::join!(feed, work) } => {}
+            () = stopped => {}
         }
     }
 }

@@ -22,9 +22,9 @@ use edgegate::index::source::follow::{
 use edgegate::runtime::admin::Probes;
 use edgegate::runtime::controller::Controller;
 use edgegate::runtime::lease::Leadership;
+use edgegate::runtime::queue::WorkQueue;
 use edgegate::runtime::shard::{LEAVING_ANNOTATION, Links, READY_ANNOTATION, ShardConfig, share};
 use edgegate::runtime::supervise::essential;
-use edgegate::runtime::wakeups::Later;
 use kube::runtime::watcher;
 use kube::{Api, Client};
 use parking_lot::Mutex;
@@ -146,7 +146,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         unwritten,
         served,
         failing,
-        again: Some(Later::default()),
+        queue: WorkQueue::new(),
         leader: controller.leader.clone(),
         owner,
         metrics: Arc::clone(&metrics),
@@ -164,6 +164,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         metrics,
         leader: controller.leader.clone(),
         owner: producer.owner.clone(),
+        queue: producer.queue.clone(),
         pruner: pruner.as_ref().map(Parts::admin),
         evidence,
     };
@@ -173,11 +174,11 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     match pruner {
         Some(Parts { pruner, changes }) => {
             tokio::join!(
-                producer.run(triggers, args.resync, shutdown.clone()),
+                producer.run(triggers, args.resync, args.workers, shutdown.clone()),
                 pruner.run(changes, args.resync, shutdown)
             );
         }
-        None => producer.run(triggers, args.resync, shutdown).await,
+        None => producer.run(triggers, args.resync, args.workers, shutdown).await,
     }
     controller.stopped().await;
     Ok(())
@@ -629,6 +630,7 @@ struct Admin {
     metrics: Arc<Metrics>,
     leader: Leadership,
     owner: Option<edgegate::runtime::shard::Ownership>,
+    queue: WorkQueue<String>,
     /// With --prune: the pruner's readiness and metrics, and why its deletions wait.
     pruner: Option<edgegate_pruner::run::Admin>,
     evidence: Option<Arc<Evidence>>,
@@ -653,6 +655,7 @@ impl Probes for Admin {
         if let Some(owner) = &self.owner {
             self.metrics.set_shards(owner.held().len(), owner.longest_vacancy());
         }
+        self.metrics.set_queue(self.queue.depth(), self.queue.oldest(), self.queue.retries());
         if let Some(evidence) = &self.evidence {
             self.metrics.set_held(&evidence.held());
         }

@@ -11,6 +11,7 @@ pub mod lease;
 pub mod metrics;
 pub mod pace;
 pub mod process;
+pub mod queue;
 pub mod rbac;
 pub mod shard;
 pub mod supervise;
