@@ -781,9 +781,32 @@ async fn a_hung_write_holds_up_its_own_namespace_only() {
     let shutdown = CancellationToken::new();
     let running = tokio::spawn(producer.run(triggers, Duration::from_secs(3600), 2, shutdown.clone()));
     tx.send(Trigger::Hub(Change::All)).expect("trigger");
-    let patches = || hub_log.lock().expect("log").iter().filter(|s| s.method == "PATCH").count();
-    until("both namespaces' writes sent", || patches() == 2).await;
+    let patched = || -> std::collections::BTreeSet<String> {
+        let log = hub_log.lock().expect("log");
+        log.iter().filter(|s| s.method == "PATCH").map(|s| s.path().to_owned()).collect()
+    };
+    until("both namespaces' writes sent", || patched().len() >= 2).await;
+    assert_eq!(patched().len(), 2, "ns-u1's and ns-u2's: {:?}", patched());
     assert_eq!(hung.lock().len(), 1, "one write hangs, the other was answered");
+    shutdown.cancel();
+    running.await.expect("the producer stops");
+}
+
+/// A write the hub refuses (500) is tried again, that namespace alone, after its backoff (2 s,
+/// plus up to as much again): the work queue's retry, as the old doubling wait was.
+#[tokio::test]
+async fn a_failed_write_is_tried_again_after_its_backoff() {
+    let h = start_with(project(None, None), serve_with(hub(vec![]), |_| status(500)));
+    until("the project and the hub listed", || project_synced(&h) && h.producer.view.synced()).await;
+    let Harness { producer, hub_log, .. } = h;
+    // No trigger sent: the resync's first tick, at once, asks for every namespace.
+    let (_tx, triggers) = mpsc::unbounded_channel();
+    let shutdown = CancellationToken::new();
+    let running = tokio::spawn(producer.run(triggers, Duration::from_secs(3600), 2, shutdown.clone()));
+    let patches = || -> usize { hub_log.lock().expect("log").iter().filter(|s| s.method == "PATCH").count() };
+    until("the first write", || patches() >= 1).await;
+    let again = mock::until("the write tried again", Duration::from_secs(8), || patches() >= 2).await;
+    assert!(again >= Duration::from_millis(1900), "after its backoff: {again:?}");
     shutdown.cancel();
     running.await.expect("the producer stops");
 }

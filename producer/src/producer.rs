@@ -758,8 +758,8 @@ impl Producer {
                     Wakeup::Change(trigger) => trigger,
                     Wakeup::Everything => Trigger::Hub(Change::All),
                 };
-                self.set_state();
                 if trigger == Trigger::Hub(Change::All) {
+                    self.set_state();
                     self.forget_gone();
                 }
                 for key in self.keys(&trigger) {
@@ -771,6 +771,9 @@ impl Producer {
         let write = move |hub_ns: String| async move {
             match this.write_namespace(&hub_ns).await {
                 Some(Written::Error) => Outcome::Retry,
+                // Nothing could be done now (not leading, a view not whole, a stale refusal): a
+                // failure after it waits on from where the last one left off.
+                Some(Written::Skipped) => Outcome::NotWorked,
                 _ => Outcome::Done,
             }
         };

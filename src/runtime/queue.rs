@@ -28,6 +28,9 @@ pub enum Outcome {
     Done,
     /// Failed: worked again after its backoff, which grows with each failure in a row.
     Retry,
+    /// Not worked (nothing could be done now; what asks for it again will): its backoff stays
+    /// as it was, so a failure after it waits longer still.
+    NotWorked,
 }
 
 /// The first retry's wait, before jitter; each next one doubles, up to [`RETRY_AT_MOST`].
@@ -169,11 +172,15 @@ impl<K: Clone + Eq + Hash + Send + 'static> WorkQueue<K> {
         state.ready.len() + state.later.len() + state.again.len()
     }
 
-    /// How long the key waiting longest to be worked now has waited.
+    /// How long the key waiting longest to be worked has waited: the ready ones since they were
+    /// asked for, the ones asked for later since their instant passed (no worker free to move
+    /// them yet).
     pub fn oldest(&self) -> Duration {
         let state = self.state.lock();
-        let oldest = state.ready.front().and_then(|key| state.waiting_since.get(key));
-        oldest.map(|since| super::clock::since(*since)).unwrap_or_default()
+        let now = super::clock::now();
+        let ready = state.waiting_since.values().min().copied();
+        let overdue = state.due.first_key_value().map(|((at, _), _)| *at).filter(|at| *at <= now);
+        ready.into_iter().chain(overdue).min().map(|since| now.saturating_duration_since(since)).unwrap_or_default()
     }
 
     /// How many times a key has been put back after a failure.
@@ -185,6 +192,10 @@ impl<K: Clone + Eq + Hash + Send + 'static> WorkQueue<K> {
     /// `shutdown` is cancelled.
     pub async fn next(&self, shutdown: &CancellationToken) -> Option<Claim<K>> {
         loop {
+            // Stopping: the work in hand finishes, nothing more starts.
+            if shutdown.is_cancelled() {
+                return None;
+            }
             let notified = self.ready.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
@@ -224,6 +235,7 @@ impl<K: Clone + Eq + Hash + Send + 'static> WorkQueue<K> {
             Outcome::Done => {
                 state.backoffs.remove(&key);
             }
+            Outcome::NotWorked => {}
             Outcome::Retry => {
                 let wait = state
                     .backoffs
@@ -468,9 +480,11 @@ mod tests {
         }));
         queue.add("a");
         queue.add("b");
+        queue.add("c");
         tokio::time::sleep(Duration::from_millis(10)).await;
         shutdown.cancel();
         workers.await.expect("workers");
-        assert_eq!(finished.load(Ordering::SeqCst), 2, "the writes in flight completed");
+        assert_eq!(finished.load(Ordering::SeqCst), 2, "the writes in flight completed, and no other started");
+        assert_eq!(queue.depth(), 1, "c still waits");
     }
 }
