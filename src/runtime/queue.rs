@@ -337,21 +337,29 @@ mod tests {
         log.lock().iter().filter(|(k, _)| *k == key).count()
     }
 
-    #[tokio::test(start_paused = true)]
-    async fn a_hung_key_does_not_hold_the_others() {
-        let queue = WorkQueue::new();
+    /// Work `queue` with `workers` workers, each key logged with when it was worked, and ended as
+    /// `act` says (`None`: it hangs).
+    fn logging(queue: &WorkQueue<&'static str>, workers: usize, act: fn(&str) -> Option<Outcome>) -> Log {
         let log: Log = Arc::default();
         let seen = Arc::clone(&log);
-        let _shutdown = spawn(&queue, 2, move |key| {
+        // Until the test's runtime ends (dropping the token cancels nothing).
+        spawn(queue, workers, move |key| {
             let seen = Arc::clone(&seen);
             async move {
                 seen.lock().push((key, tokio::time::Instant::now().into_std()));
-                if key == "hung" {
-                    std::future::pending::<()>().await;
+                match act(key) {
+                    Some(outcome) => outcome,
+                    None => std::future::pending().await,
                 }
-                Outcome::Done
             }
         });
+        log
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_hung_key_does_not_hold_the_others() {
+        let queue = WorkQueue::new();
+        let log = logging(&queue, 2, |key| (key != "hung").then_some(Outcome::Done));
         queue.add("hung");
         for key in ["a", "b", "c", "d"] {
             queue.add(key);
@@ -417,15 +425,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_failed_key_comes_back_after_a_growing_jittered_wait_and_the_others_go_on() {
         let queue = WorkQueue::new();
-        let log: Log = Arc::default();
-        let seen = Arc::clone(&log);
-        let _shutdown = spawn(&queue, 1, move |key| {
-            let seen = Arc::clone(&seen);
-            async move {
-                seen.lock().push((key, tokio::time::Instant::now().into_std()));
-                if key == "failing" { Outcome::Retry } else { Outcome::Done }
-            }
-        });
+        let log = logging(&queue, 1, |key| Some(if key == "failing" { Outcome::Retry } else { Outcome::Done }));
         let started = tokio::time::Instant::now().into_std();
         queue.add("failing");
         queue.add("fine");
@@ -444,15 +444,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_key_asked_for_later_is_worked_then_the_earliest_asked_winning() {
         let queue = WorkQueue::new();
-        let log: Log = Arc::default();
-        let seen = Arc::clone(&log);
-        let _shutdown = spawn(&queue, 2, move |key| {
-            let seen = Arc::clone(&seen);
-            async move {
-                seen.lock().push((key, tokio::time::Instant::now().into_std()));
-                Outcome::Done
-            }
-        });
+        let log = logging(&queue, 2, |_| Some(Outcome::Done));
         let t0 = tokio::time::Instant::now().into_std();
         queue.add_at("ns", t0 + Duration::from_secs(10));
         queue.add_at("ns", t0 + Duration::from_secs(3));
