@@ -341,7 +341,7 @@ async fn what_served_while_nothing_could_be_written_is_named_by_the_first_write_
     KindWriter::new(index, tx).applied(unbound);
     assert_eq!(h.producer.pass(&[Trigger::Hub(Change::All)]).await, [Written::Skipped]);
     // Leading now: fd20::1 served a moment ago, so the record names it.
-    grant.until(Some(edgegate::runtime::clock::now() + Duration::from_secs(60)));
+    grant.until(Some(edgegate::index::clock::now() + Duration::from_secs(60)));
     assert_eq!(h.producer.pass(&[Trigger::Hub(Change::All)]).await, [Written::Applied]);
     let written = |h: &Harness| -> Vec<Value> {
         let log = h.hub_log.lock().expect("log");
@@ -400,7 +400,7 @@ async fn a_project_that_cannot_be_read_holds_only_its_own_copies() {
         resource_version: Some("1".into()),
         addresses: vec![address.into()],
     };
-    let now = edgegate::runtime::clock::now();
+    let now = edgegate::index::clock::now();
     assert_eq!(evidence.judge(&copy("ns-u1", "fd20::9"), now), None, "acme is whole and serves none of it");
     assert_eq!(evidence.judge(&copy("ns-u2", "fd20::9"), now), Some(Held::Incomplete), "dark cannot be read");
     assert_eq!(evidence.judge(&copy("ns-u3", "fd20::9"), now), Some(Held::Unwatched), "nobody's");
@@ -465,19 +465,19 @@ async fn a_live_read_bounds_what_a_pass_waits() {
     let again = Instant::now();
     assert!(!evidence.confirm(&copy).await, "the read is still under way: kept");
     assert!(again.elapsed() < Duration::from_millis(200), "waited {:?} with a read under way", again.elapsed());
-    assert_eq!(evidence.judge(&copy, edgegate::runtime::clock::now()), None, "not failed yet: judged whole");
+    assert_eq!(evidence.judge(&copy, edgegate::index::clock::now()), None, "not failed yet: judged whole");
 
     // Unanswered for 5 s: failed; acme's copies are kept without asking again.
     tokio::time::sleep(Duration::from_millis(5_300)).await;
     drop(unanswered);
-    assert_eq!(evidence.judge(&copy, edgegate::runtime::clock::now()), Some(Held::Incomplete));
+    assert_eq!(evidence.judge(&copy, edgegate::index::clock::now()), Some(Held::Incomplete));
     // Asked anyway (the pruner does not, while judged so): a new read, not waited for.
     let asked = Instant::now();
     assert!(!evidence.confirm(&copy).await);
     assert!(asked.elapsed() < Duration::from_millis(200), "waited {:?} after a failed read", asked.elapsed());
     let (_, answer) = read.next_request().await.expect("a new read");
     answer.send_response(mock::json_response(200, &mock::list("NamespaceList", vec![])));
-    until("the answer noted", || evidence.judge(&copy, edgegate::runtime::clock::now()).is_none()).await;
+    until("the answer noted", || evidence.judge(&copy, edgegate::index::clock::now()).is_none()).await;
     assert!(evidence.confirm(&copy).await, "answered just now: vouched for");
 }
 
@@ -735,7 +735,7 @@ async fn a_restore_does_not_keep_the_producers_own_withdrawals() {
     });
     let mut h = start_with(project(None, None), hub);
     h.producer.withdrawals = Mutex::new(Hold::new(Duration::from_secs(60)));
-    let earlier = edgegate::runtime::clock::now();
+    let earlier = edgegate::index::clock::now();
     let ours = ("ns-u1".to_owned(), "fd20::9".to_owned());
     h.producer.withdrawals.lock().observe(earlier, &Scope::Namespace("ns-u1".into()), [ours]);
     until("the project and the hub listed", || project_synced(&h) && h.producer.view.synced()).await;

@@ -12,9 +12,9 @@ use edgegate::core::hold::Hold;
 use edgegate::core::plan::Scope;
 use edgegate::core::unwritten::Unwritten;
 use edgegate::index::Change;
+use edgegate::index::clock;
 use edgegate::index::hub::{HubRecord, HubView, KEPT_ANNOTATION};
 use edgegate::index::project::ProjectIndex;
-use edgegate::runtime::clock;
 use edgegate::runtime::lease::Leadership;
 use edgegate::runtime::queue::{self, Outcome, RETRY_FIRST, WorkQueue};
 use edgegate::runtime::shard::Ownership;
@@ -206,7 +206,7 @@ pub struct Producer {
     /// Hub namespaces whose project label names another project than the one writing them.
     pub mismatched: Mutex<std::collections::BTreeSet<String>>,
     /// Paces record writes, `--max-writes-per-second`.
-    pub pacer: Option<edgegate::runtime::pace::Pacer>,
+    pub pacer: Option<edgegate::index::pace::Pacer>,
 }
 
 impl Producer {

@@ -152,7 +152,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         metrics: Arc::clone(&metrics),
         recorder,
         mismatched: Mutex::default(),
-        pacer: Some(edgegate::runtime::pace::Pacer::per_second(args.max_writes_per_second)),
+        pacer: Some(edgegate::index::pace::Pacer::per_second(args.max_writes_per_second)),
     };
     let (pruner, evidence) = match pruning {
         Some((parts, evidence)) => (Some(parts), evidence),
@@ -196,12 +196,12 @@ const HAND_OVER_WITHIN: std::time::Duration = std::time::Duration::from_secs(20)
 async fn hand_over(owner: edgegate::runtime::shard::Ownership, leave: tokio::sync::watch::Sender<bool>) {
     owner.stop_deleting();
     let held = owner.held().len();
-    let started = edgegate::runtime::clock::now();
+    let started = edgegate::index::clock::now();
     leave.send_replace(true);
     tracing::info!(held, "stopping: handing the buckets over");
     loop {
         let left = owner.held().len();
-        let took = edgegate::runtime::clock::since(started);
+        let took = edgegate::index::clock::since(started);
         if left == 0 || owner.successors() == 0 || took >= HAND_OVER_WITHIN {
             tracing::info!(
                 handed = held.saturating_sub(left),

@@ -24,7 +24,7 @@ use crate::args::{Args, DeletionArgs};
 use crate::gate::Gate;
 use crate::metrics::Metrics;
 use crate::pruner::{Grace, Pruner, named_again};
-use edgegate::runtime::pace::Pacer;
+use edgegate::index::pace::Pacer;
 
 pub async fn run(args: Args) -> anyhow::Result<()> {
     anyhow::ensure!(

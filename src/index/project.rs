@@ -78,7 +78,7 @@ impl ProjectIndex {
         self.synced[slot].store(true, Ordering::Release);
         let mut since = self.whole_since.lock();
         if self.synced() && since.is_none() {
-            *since = Some(crate::runtime::clock::now());
+            *since = Some(crate::index::clock::now());
         }
     }
 

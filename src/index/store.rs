@@ -75,14 +75,14 @@ impl RecordStore {
 
     /// The source broke; the view is stale from now until the next [`replace_all`](Self::replace_all).
     pub fn mark_stale(&self) {
-        self.stale_since.lock().get_or_insert_with(crate::runtime::clock::now);
+        self.stale_since.lock().get_or_insert_with(crate::index::clock::now);
     }
 
     /// How long the view has been stale beyond its bound, if it has.
     fn over_staleness(&self) -> Option<Duration> {
         let since = (*self.stale_since.lock())?;
         let bound = self.max_staleness?;
-        let stale = crate::runtime::clock::since(since);
+        let stale = crate::index::clock::since(since);
         (stale > bound).then_some(stale)
     }
 

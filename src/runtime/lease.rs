@@ -93,7 +93,7 @@ impl Leadership {
 
     /// Whether `tenure` (locked by the caller) is within its deadline now.
     fn leading(&self, tenure: &Tenure) -> bool {
-        self.always || tenure.deadline.is_some_and(|d| super::clock::now() < d)
+        self.always || tenure.deadline.is_some_and(|d| crate::index::clock::now() < d)
     }
 
     /// Told `true` when this replica takes the Lease and `false` when it steps down.
@@ -114,7 +114,7 @@ impl Leadership {
             return Some(Duration::from_secs(3600));
         }
         let deadline = self.deadline()?;
-        let now = super::clock::now();
+        let now = crate::index::clock::now();
         (now < deadline).then(|| deadline - now)
     }
 
@@ -204,7 +204,7 @@ struct Elector {
 impl Elector {
     async fn run(mut self, shutdown: CancellationToken) {
         loop {
-            let sent = super::clock::now();
+            let sent = crate::index::clock::now();
             let was = *self.grant.tx.borrow();
             let outcome = self.try_acquire_or_renew(sent).await;
             self.grant.tell(); // a deadline that passed while the request ran
@@ -283,12 +283,12 @@ impl Elector {
         let first_seen = match &self.observed {
             Some((seen, at)) if *seen == version => *at,
             _ => {
-                self.observed = Some((version, super::clock::now()));
+                self.observed = Some((version, crate::index::clock::now()));
                 return false;
             }
         };
         let duration = Duration::from_secs(u64::try_from(spec.lease_duration_seconds.unwrap_or(0)).unwrap_or(0));
-        super::clock::since(first_seen) > duration + longer
+        crate::index::clock::since(first_seen) > duration + longer
     }
 
     /// A create or replace answered: on success this replica leads until `sent` + duration −
@@ -387,7 +387,7 @@ mod tests {
     async fn leading_ends_at_the_deadline_without_a_renewal() {
         let (leader, grant) = Grant::new();
         assert!(!leader.is_leader(), "not before a grant");
-        grant.until(Some(crate::runtime::clock::now() + std::time::Duration::from_secs(10)));
+        grant.until(Some(crate::index::clock::now() + std::time::Duration::from_secs(10)));
         assert!(leader.is_leader() && *leader.changes().borrow());
         tokio::time::sleep(std::time::Duration::from_millis(9_999)).await;
         assert!(leader.is_leader(), "still inside the deadline");
@@ -403,7 +403,7 @@ mod tests {
     async fn leading_again_after_a_lapse_is_a_new_tenure() {
         let (leader, grant) = Grant::new();
         assert_eq!(leader.tenure(), None);
-        let later = |s| crate::runtime::clock::now() + Duration::from_secs(s);
+        let later = |s| crate::index::clock::now() + Duration::from_secs(s);
         grant.until(Some(later(10)));
         let first = leader.tenure().expect("leading");
         grant.until(Some(later(10)));

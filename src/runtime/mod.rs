@@ -4,12 +4,10 @@
 
 pub mod admin;
 pub mod client;
-pub mod clock;
 pub mod controller;
 pub mod flags;
 pub mod lease;
 pub mod metrics;
-pub mod pace;
 pub mod process;
 pub mod queue;
 pub mod rbac;

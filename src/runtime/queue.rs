@@ -151,14 +151,14 @@ impl<K: Clone + Eq + Hash + Send + 'static> WorkQueue<K> {
 
     /// Work `key` as soon as a worker is free (once more after, if it is being worked now).
     pub fn add(&self, key: K) {
-        if self.state.lock().now(key, super::clock::now()) {
+        if self.state.lock().now(key, crate::index::clock::now()) {
             self.ready.notify_one();
         }
     }
 
     /// Work `key` at `at`, or sooner if it is asked for sooner.
     pub fn add_at(&self, key: K, at: Instant) {
-        if at <= super::clock::now() {
+        if at <= crate::index::clock::now() {
             return self.add(key);
         }
         self.state.lock().at(key, at);
@@ -177,7 +177,7 @@ impl<K: Clone + Eq + Hash + Send + 'static> WorkQueue<K> {
     /// them yet).
     pub fn oldest(&self) -> Duration {
         let state = self.state.lock();
-        let now = super::clock::now();
+        let now = crate::index::clock::now();
         let ready = state.waiting_since.values().min().copied();
         let overdue = state.due.first_key_value().map(|((at, _), _)| *at).filter(|at| *at <= now);
         ready.into_iter().chain(overdue).min().map(|since| now.saturating_duration_since(since)).unwrap_or_default()
@@ -201,7 +201,7 @@ impl<K: Clone + Eq + Hash + Send + 'static> WorkQueue<K> {
             notified.as_mut().enable();
             let next_due = {
                 let mut state = self.state.lock();
-                let next_due = state.promote(super::clock::now());
+                let next_due = state.promote(crate::index::clock::now());
                 if let Some(key) = state.claim() {
                     let more = !state.ready.is_empty();
                     drop(state);
@@ -253,13 +253,13 @@ impl<K: Clone + Eq + Hash + Send + 'static> WorkQueue<K> {
                     .unwrap_or(RETRY_AT_MOST);
                 self.retries.fetch_add(1, Ordering::Relaxed);
                 if !again {
-                    state.at(key.clone(), super::clock::now() + wait);
+                    state.at(key.clone(), crate::index::clock::now() + wait);
                 }
             }
         }
         if again {
             // Asked for while it was worked: what changed meanwhile is worked now.
-            state.now(key, super::clock::now());
+            state.now(key, crate::index::clock::now());
         }
         drop(state);
         self.ready.notify_waiters();

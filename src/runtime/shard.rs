@@ -176,7 +176,7 @@ impl Ownership {
 
     /// How long the bucket vacant longest has had nobody who may write (zero: none is).
     pub fn longest_vacancy(&self) -> Duration {
-        self.vacant_since.lock().map(super::clock::since).unwrap_or_default()
+        self.vacant_since.lock().map(crate::index::clock::since).unwrap_or_default()
     }
 
     /// Flips each time a bucket is taken.
@@ -295,9 +295,9 @@ impl Sharer {
         loop {
             // Settle first: members started at the same moment see each other before taking.
             let tenure = self.ownership.member.tenure();
-            live_since = tenure.map(|t| live_since.filter(|(s, _)| *s == t).unwrap_or((t, super::clock::now())));
-            let settled =
-                live_since.is_some_and(|(_, at)| super::clock::since(at) >= self.config.duration / 4 + LOOK_EVERY);
+            live_since = tenure.map(|t| live_since.filter(|(s, _)| *s == t).unwrap_or((t, crate::index::clock::now())));
+            let settled = live_since
+                .is_some_and(|(_, at)| crate::index::clock::since(at) >= self.config.duration / 4 + LOOK_EVERY);
             self.look(settled).await;
             tokio::select! {
                 () = shutdown.cancelled() => break,
@@ -310,7 +310,7 @@ impl Sharer {
 
     /// One look at the Leases, and what the plan says.
     async fn look(&mut self, settled: bool) {
-        let now = super::clock::now();
+        let now = crate::index::clock::now();
         let mut leases: BTreeMap<String, Arc<Lease>> =
             self.store.state().into_iter().map(|l| (l.name_any(), l)).collect();
         self.written.retain(|name, (based_on, lease)| {
@@ -338,7 +338,7 @@ impl Sharer {
         // within half a duration, so every member's Lease seen is at most that old.
         let own = leases.get(&self.config.member_lease_name()).and_then(|l| l.resource_version());
         let fresh = self.ownership.member.renewed().is_some_and(|(version, sent)| {
-            own.as_ref() == Some(&version) && super::clock::since(sent) <= self.config.duration / 2
+            own.as_ref() == Some(&version) && crate::index::clock::since(sent) <= self.config.duration / 2
         });
         let candidates: BTreeSet<Bucket> = (0..shard::BUCKETS).collect();
         let warm = (self.warm)(&candidates);

@@ -56,7 +56,7 @@ impl<T: Clone + Eq + Hash> Later<T> {
     pub fn at(&self, key: T, at: Instant) {
         // tokio-util's timer wheel panics beyond about two years; a pass asked for that far off
         // (a "never" grace) comes round a year from now instead, and finds it not due yet.
-        let at = at.min(super::clock::now() + FARTHEST);
+        let at = at.min(crate::index::clock::now() + FARTHEST);
         let mut queue = self.0.lock();
         let Queue { due, queued } = &mut *queue;
         match queued.get_mut(&key) {

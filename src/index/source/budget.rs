@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-use crate::runtime::pace::Pacer;
+use crate::index::pace::Pacer;
 
 /// Lists in flight and their start pace, shared by every watch that takes from it.
 #[derive(Debug)]

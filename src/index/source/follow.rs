@@ -32,7 +32,7 @@ pub struct KindLabels {
 
 /// Objects delivered that could not be decoded, by kind, for the whole process: registered by
 /// each binary as `edgegate_undecodable_objects_total`
-/// ([`crate::runtime::metrics::register_undecodable`]).
+/// (`runtime::metrics::register_undecodable`).
 pub static UNDECODABLE: LazyLock<Family<KindLabels, Counter>> = LazyLock::new(Family::default);
 
 /// Where an object that could not be decoded was delivered.
@@ -136,7 +136,7 @@ impl<K, S: SnapshotSink<K>> WatchSink<K> for Whole<S, K> {
 
 /// How long one watch request lasts before the API server ends it and the watcher starts the
 /// next one from where it was (no re-list). Shorter than the client's read timeout
-/// ([`crate::runtime::client::API_READ_TIMEOUT`]), so only a dead connection is ever timed out.
+/// (`runtime::client::API_READ_TIMEOUT`), so only a dead connection is ever timed out.
 pub const WATCH_TIMEOUT_SECS: u32 = 10;
 
 const FIRST_BACKOFF: Duration = Duration::from_millis(500);
@@ -172,7 +172,7 @@ fn streaming(config: &watcher::Config) -> bool {
 
 /// How long one watch request of a project's lasts: a project's watches are long, so an idle
 /// project costs Milo (or its API server) a request per watch every few minutes, not every 10 s.
-/// Its client's read timeout ([`crate::runtime::client::PROJECT_READ_TIMEOUT`]) is longer than the
+/// Its client's read timeout (`runtime::client::PROJECT_READ_TIMEOUT`) is longer than the
 /// API server's watch bookmarks come (about every minute), so a quiet watch is never timed out;
 /// a project cut off silently is noticed within that read timeout, and only that project
 /// becomes incomplete.

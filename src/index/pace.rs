@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 use tokio_util::sync::CancellationToken;
 
-use crate::runtime::clock;
+use crate::index::clock;
 
 /// Hands out start times at least `pace` apart, across every task of the process that takes
 /// from it: the pruner's deletions (a withdrawal spread over many namespaces, each its own pass,
