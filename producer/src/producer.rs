@@ -313,7 +313,7 @@ impl Producer {
         }
         let based_on = read.as_ref().and_then(|r| r.version.clone());
         let record = HubRecord { addresses, version: None, kept };
-        if self.view.record(&hub_ns).and_then(|r| r.version) != based_on {
+        if self.view.version(&hub_ns) != based_on {
             // Changed while the write waited its turn: compared again with what is there now.
             self.unwritten.lock().observe(&hub_ns, &record.addresses, clock::now());
             self.queue.add(hub_ns.clone());

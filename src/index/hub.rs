@@ -113,9 +113,10 @@ impl HubView {
         self.undecodable.read().contains(namespace)
     }
 
-    /// `f` of the record's addresses as written (`None`: no record), without copying them.
-    pub fn with_record<T>(&self, namespace: &str, f: impl FnOnce(Option<&[String]>) -> T) -> T {
-        f(self.records.read().get(namespace).map(|r| r.addresses.as_slice()))
+    /// The record's resourceVersion as seen now (`None`: no record), without copying its
+    /// addresses.
+    pub fn version(&self, namespace: &str) -> Option<String> {
+        self.records.read().get(namespace)?.version.clone()
     }
 
     /// The namespace's record as seen now (`None`: no record): its addresses, version and what
