@@ -429,8 +429,8 @@ async fn a_project_that_cannot_be_read_holds_only_its_own_copies() {
 #[tokio::test]
 async fn a_live_read_bounds_what_a_pass_waits() {
     use edgegate::core::plan::Deletion;
+    use edgegate::runtime::prune::gate::Gate;
     use edgegate_producer::evidence::{Evidence, Held};
-    use edgegate_pruner::gate::Gate;
     use std::time::Instant;
     let hub_namespaces = vec![json!({"metadata": {"name": "ns-u1", "resourceVersion": "1",
         "labels": {"meta.datumapis.com/upstream-cluster-name": "cluster-acme"}}})];

@@ -12,12 +12,12 @@ use edgegate::core::plan::Scope;
 use edgegate::index::copies::CopyIndex;
 use edgegate::index::pace::Pacer;
 use edgegate::runtime::lease::{Grant, Leadership};
+use edgegate::runtime::prune::metrics::Metrics;
+use edgegate::runtime::prune::parts::start_watches;
+use edgegate::runtime::prune::pruner::{Outcome, Pruner};
 use edgegate::runtime::rbac::{Rule, allows};
 use edgegate::runtime::wakeups::Later;
 use edgegate::{CopySelector, RecordSource, RecordStore};
-use edgegate_pruner::metrics::Metrics;
-use edgegate_pruner::pruner::{Outcome, Pruner};
-use edgegate_pruner::run::start_watches;
 use http::StatusCode;
 use kube::Client;
 use kube::runtime::events::{Recorder, Reporter};
@@ -311,7 +311,7 @@ async fn exact_spelling_counts_soon_after_the_caches_sync() {
     let metrics = Arc::new(Metrics::new().with_spelling());
     assert!(!metrics.encode().contains("edgegate_prune_noncanonical_addresses"), "no count before a whole view");
     assert!(!h.metrics.encode().contains("noncanonical"), "registered only with --exact-spelling");
-    let watch = edgegate_pruner::spelling::watch(
+    let watch = edgegate::runtime::prune::spelling::watch(
         Arc::clone(&h.records),
         Arc::clone(&h.copies),
         Arc::clone(&metrics),
@@ -518,7 +518,8 @@ async fn a_record_that_names_the_copy_for_a_moment_while_its_deletion_waits_rest
     let grace = Duration::from_millis(200);
     let copies = vec![copy("ns-a", "web-0", &["fd00::10"]), copy("ns-a", "web-1", &["fd00::11"])];
     let (pruner, log, store) = held_pruner(vec![record("ns-a", &[])], copies, Duration::from_millis(400), grace);
-    let mut observe = edgegate_pruner::pruner::named_again(Arc::clone(&pruner.grace), Arc::clone(&pruner.copies));
+    let mut observe =
+        edgegate::runtime::prune::pruner::named_again(Arc::clone(&pruner.grace), Arc::clone(&pruner.copies));
     let ns = Scope::Namespace("ns-a".into());
     assert!(pruner.pass(&ns).await.is_empty(), "held");
     tokio::time::sleep(grace).await;
@@ -540,7 +541,7 @@ struct OnceHeld {
     again: mpsc::UnboundedSender<String>,
 }
 
-impl edgegate_pruner::gate::Gate for OnceHeld {
+impl edgegate::runtime::prune::gate::Gate for OnceHeld {
     fn allows(&self, _: &edgegate::core::plan::Deletion, _: std::time::Instant, _: std::time::Instant) -> bool {
         self.asked.fetch_add(1, std::sync::atomic::Ordering::Relaxed) > 0
     }
@@ -607,7 +608,8 @@ async fn a_record_undecodable_for_a_moment_restarts_the_grace() {
     let grace = Duration::from_millis(200);
     let copies = vec![copy("ns-a", "web", &["fd00::9"])];
     let (pruner, log, _) = held_pruner(vec![record("ns-a", &[])], copies, Duration::ZERO, grace);
-    let mut observe = edgegate_pruner::pruner::named_again(Arc::clone(&pruner.grace), Arc::clone(&pruner.copies));
+    let mut observe =
+        edgegate::runtime::prune::pruner::named_again(Arc::clone(&pruner.grace), Arc::clone(&pruner.copies));
     let ns = Scope::Namespace("ns-a".into());
     assert!(pruner.pass(&ns).await.is_empty(), "held");
     tokio::time::sleep(grace / 2).await;

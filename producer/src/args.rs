@@ -91,7 +91,7 @@ pub struct Args {
 
     /// With --prune: how copies are deleted (as edgegate-pruner's flags of the same names).
     #[command(flatten)]
-    pub deletion: edgegate_pruner::args::DeletionArgs,
+    pub deletion: edgegate::runtime::flags::DeletionArgs,
 
     /// Share the projects across replicas (docs/sharding.md): each renews a member Lease
     /// `<lease-name>-member-<identity>`, holds the buckets whose fence Leases

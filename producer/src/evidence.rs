@@ -39,9 +39,9 @@ use edgegate::index::Change;
 use edgegate::index::clock;
 use edgegate::index::hub::HubView;
 use edgegate::index::project::ProjectIndex;
+use edgegate::runtime::prune::gate::Gate;
 use edgegate::runtime::shard::Ownership;
 use edgegate::runtime::wakeups::Later;
-use edgegate_pruner::gate::Gate;
 use parking_lot::Mutex;
 
 use crate::producer::{Projects, find_by_uid, labelled_project};

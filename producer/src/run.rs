@@ -37,7 +37,7 @@ use crate::args::Args;
 use crate::evidence::Evidence;
 use crate::metrics::Metrics;
 use crate::producer::{Producer, Projects, Trigger};
-use edgegate_pruner::run::Parts;
+use edgegate::runtime::prune::parts::Parts;
 
 pub async fn run(args: Args) -> anyhow::Result<()> {
     // Unbounded: fed by the watch handlers (through `forward`) and the Lease, neither of which
@@ -113,7 +113,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             &controller,
             &args.deletion,
             &args.record_name,
-            edgegate_pruner::metrics::Metrics::embedded(),
+            edgegate::runtime::prune::metrics::Metrics::embedded(),
             |_, later| {
                 let made = Arc::new(
                     Evidence::new(
@@ -131,7 +131,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
                     .sharing(owner.clone()),
                 );
                 *evidence.lock() = Some(Arc::clone(&made));
-                Some(made as Arc<dyn edgegate_pruner::gate::Gate>)
+                Some(made as Arc<dyn edgegate::runtime::prune::gate::Gate>)
             },
         );
         let evidence = evidence.lock().take();
@@ -632,7 +632,7 @@ struct Admin {
     owner: Option<edgegate::runtime::shard::Ownership>,
     queue: WorkQueue<String>,
     /// With --prune: the pruner's readiness and metrics, and why its deletions wait.
-    pruner: Option<edgegate_pruner::run::Admin>,
+    pruner: Option<edgegate::runtime::prune::parts::Admin>,
     evidence: Option<Arc<Evidence>>,
 }
 

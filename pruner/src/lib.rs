@@ -1,9 +1,5 @@
-//! edgegate-pruner's runtime: watches, the Lease and the deletions around the core's prune plan.
+//! edgegate-pruner: its flags and wiring over the library's pruning (`edgegate::runtime::prune`).
 #![forbid(unsafe_code)]
 
 pub mod args;
-pub mod gate;
-pub mod metrics;
-pub mod pruner;
 pub mod run;
-pub mod spelling;

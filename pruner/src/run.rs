@@ -1,30 +1,13 @@
-//! Wiring: the two watches and the pass loop, inside the life every controller shares.
+//! Wiring: the library's pruning on this process's hub and Lease, inside the life every
+//! controller shares.
 
 use std::sync::Arc;
 
-use edgegate::core::hold::Hold;
-use edgegate::index::Change;
-use edgegate::index::copies::{CopyIndex, CopyWriter};
-use edgegate::index::source::follow::follow;
-use edgegate::index::source::kubernetes::{OnWatchError, RecordObserver, StoreWriter};
-use edgegate::runtime::admin::Probes;
 use edgegate::runtime::controller::Controller;
-use edgegate::runtime::lease::Leadership;
-use edgegate::runtime::supervise::essential;
-use edgegate::runtime::wakeups::Later;
-use edgegate::{EdgeReachability, RecordSource, RecordStore, Slice};
-use kube::core::DeserializeGuard;
-use kube::runtime::watcher;
-use kube::{Api, Client};
-use parking_lot::Mutex;
-use tokio::sync::mpsc;
-use tokio_util::sync::CancellationToken;
+use edgegate::runtime::prune::metrics::Metrics;
+use edgegate::runtime::prune::parts::Parts;
 
-use crate::args::{Args, DeletionArgs};
-use crate::gate::Gate;
-use crate::metrics::Metrics;
-use crate::pruner::{Grace, Pruner, named_again};
-use edgegate::index::pace::Pacer;
+use crate::args::Args;
 
 pub async fn run(args: Args) -> anyhow::Result<()> {
     anyhow::ensure!(
@@ -48,142 +31,4 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     parts.pruner.run(parts.changes, args.resync, controller.shutdown.clone()).await;
     controller.stopped().await;
     Ok(())
-}
-
-/// A pruner on `controller`'s hub and Lease, its watches started: what `edgegate-pruner` runs,
-/// and `edgegate-producer --prune` beside its own loop.
-pub struct Parts {
-    pub pruner: Pruner,
-    /// What the watches (and the gate) send: the namespaces to pass over.
-    pub changes: mpsc::UnboundedReceiver<edgegate::index::Change>,
-}
-
-impl Parts {
-    /// Start the record and copy watches (and the spelling count, with `--exact-spelling`) and
-    /// make the pruner, its gate from `gate` (given the changes channel and the pruner's queue of
-    /// later passes, for passing a namespace over again).
-    pub fn start(
-        controller: &Controller,
-        deletion: &DeletionArgs,
-        record_name: &str,
-        mut metrics: Metrics,
-        gate: impl FnOnce(mpsc::UnboundedSender<Change>, Later<Change>) -> Option<Arc<dyn Gate>>,
-    ) -> Parts {
-        // Unbounded: the watch handlers send on it and must never wait, and a change dropped
-        // would lose a pass; one message per event, drained into one pass per namespace by each
-        // batch.
-        let (changes_tx, changes) = mpsc::unbounded_channel();
-        let records = Arc::new(RecordStore::new(record_name.to_owned()));
-        let copies = Arc::new(CopyIndex::default());
-        let grace: Grace = Arc::new(Mutex::new(Hold::new(deletion.grace)));
-        let observer = named_again(Arc::clone(&grace), Arc::clone(&copies));
-        start_watches(
-            &controller.hub,
-            &deletion.copy_selector,
-            &records,
-            &copies,
-            changes_tx.clone(),
-            Some(observer),
-            &controller.shutdown,
-        );
-        if deletion.exact_spelling {
-            metrics = metrics.with_spelling();
-        }
-        let metrics = Arc::new(metrics);
-        if deletion.exact_spelling {
-            let (records, copies, metrics) = (Arc::clone(&records), Arc::clone(&copies), Arc::clone(&metrics));
-            let count = crate::spelling::watch(records, copies, metrics, controller.shutdown.clone());
-            essential("spelling count", &controller.shutdown, count);
-        }
-        let again = Later::default();
-        let pruner = Pruner {
-            client: controller.hub.clone(),
-            records,
-            copies,
-            selector: deletion.copy_selector.clone(),
-            dry_run: deletion.dry_run,
-            pacer: Pacer::per_second(deletion.max_deletes_per_second),
-            grace,
-            gate: gate(changes_tx, again.clone()),
-            again: Some(again),
-            leader: controller.leader.clone(),
-            metrics,
-            recorder: controller.recorder("edgegate-pruner"),
-        };
-        Parts { pruner, changes }
-    }
-
-    /// What the pruner's probes and metrics read.
-    pub fn admin(&self) -> Admin {
-        Admin {
-            records: Arc::clone(&self.pruner.records),
-            copies: Arc::clone(&self.pruner.copies),
-            metrics: Arc::clone(&self.pruner.metrics),
-            leader: self.pruner.leader.clone(),
-            gate: self.pruner.gate.clone(),
-        }
-    }
-}
-
-/// One list and a watch each: EdgeReachability everywhere, and copies by the copy selector.
-/// Both indexes go unsynced on a watch error, and every change and re-list is sent on `changes`;
-/// every record delivered is also shown to `observer`. Both are [`essential`]: a watch that died
-/// would leave its index frozen, still synced, and the pruner deleting against it.
-pub fn start_watches(
-    client: &Client,
-    selector: &edgegate::CopySelector,
-    records: &Arc<RecordStore>,
-    copies: &Arc<CopyIndex>,
-    changes: mpsc::UnboundedSender<edgegate::index::Change>,
-    observer: Option<RecordObserver>,
-    shutdown: &CancellationToken,
-) -> Vec<tokio::task::JoinHandle<()>> {
-    let mut record_writer = StoreWriter::new(Arc::clone(records), OnWatchError::Unsync).with_changes(changes.clone());
-    if let Some(observer) = observer {
-        record_writer = record_writer.with_observer(observer);
-    }
-    let record_api: Api<DeserializeGuard<EdgeReachability>> = Api::all(client.clone());
-    let mut copy_writer = CopyWriter::new(Arc::clone(copies)).with_changes(changes);
-    let copy_api: Api<DeserializeGuard<Slice>> = Api::all(client.clone());
-    let config = watcher::Config::default().labels(selector.as_str());
-    vec![
-        essential("EdgeReachability watch", shutdown, async move {
-            follow(record_api, watcher::Config::default(), &mut record_writer).await;
-        }),
-        essential("copy watch", shutdown, async move { follow(copy_api, config, &mut copy_writer).await }),
-    ]
-}
-
-/// The pruner's readiness and metrics.
-#[derive(Clone)]
-pub struct Admin {
-    records: Arc<RecordStore>,
-    copies: Arc<CopyIndex>,
-    metrics: Arc<Metrics>,
-    leader: Leadership,
-    gate: Option<Arc<dyn Gate>>,
-}
-
-impl Admin {
-    pub fn registry(&self) -> &prometheus_client::registry::Registry {
-        self.metrics.registry()
-    }
-
-    /// Brings the gauges up to date before a scrape.
-    pub fn refresh(&self) {
-        let synced = self.records.synced() && self.copies.synced();
-        self.metrics.set_state(self.leader.is_leader(), synced, self.copies.len());
-        self.metrics.set_waiting_for_producer(self.gate.as_ref().map(|g| g.held_for()).unwrap_or_default());
-    }
-}
-
-impl Probes for Admin {
-    fn ready(&self) -> Result<(), String> {
-        if self.records.synced() && self.copies.synced() { Ok(()) } else { Err("caches not synced".into()) }
-    }
-
-    fn metrics(&self) -> String {
-        self.refresh();
-        self.metrics.encode()
-    }
 }

@@ -135,3 +135,32 @@ mod tests {
         }
     }
 }
+
+/// How copies are deleted: the pruner's, and the producer's with `--prune`.
+#[derive(Clone, Debug, clap::Args)]
+pub struct DeletionArgs {
+    /// Delete a copy only once its record has named none of its addresses for this long without a
+    /// break (judged again right before the DELETE), so a record that flaps withdraws nothing.
+    /// 0: delete as soon as a pass finds it.
+    #[arg(long, env = "EDGEGATE_GRACE", value_parser = parse_duration, default_value = "30s")]
+    pub grace: Duration,
+
+    /// Log and count what would be deleted; delete nothing.
+    #[arg(long, env = "EDGEGATE_DRY_RUN")]
+    pub dry_run: bool,
+
+    /// Pace deletions to at most this many per second (0: unpaced). None is dropped, only delayed.
+    #[arg(long, env = "EDGEGATE_MAX_DELETES_PER_SECOND", value_parser = parse_rate, default_value = "50")]
+    pub max_deletes_per_second: f64,
+
+    /// Label selector that identifies copies; nothing else is ever listed, judged or deleted.
+    #[arg(long, env = "EDGEGATE_COPY_SELECTOR", default_value = crate::core::selector::DEFAULT_COPY_SELECTOR)]
+    pub copy_selector: crate::CopySelector,
+
+    /// Watch that every record entry and copy address is spelled canonically, every 60 s
+    /// (edgegate_prune_noncanonical_addresses, a warning when any is not). Set by
+    /// deploy/components/policy (on edgegate-pruner, or edgegate-producer with --prune), whose ValidatingAdmissionPolicy compares addresses as exact
+    /// strings where edgegate compares them normalised.
+    #[arg(long, env = "EDGEGATE_EXACT_SPELLING")]
+    pub exact_spelling: bool,
+}

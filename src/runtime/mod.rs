@@ -9,6 +9,7 @@ pub mod flags;
 pub mod lease;
 pub mod metrics;
 pub mod process;
+pub mod prune;
 pub mod queue;
 pub mod rbac;
 pub mod shard;

@@ -7,17 +7,17 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use edgegate::core::hold::Hold;
-use edgegate::core::plan::{Deletion, Scope, deletion};
-use edgegate::core::record::{Record, RecordState};
-use edgegate::index::Change;
-use edgegate::index::clock;
-use edgegate::index::copies::CopyIndex;
-use edgegate::index::pace::Pacer;
-use edgegate::index::prune::plan;
-use edgegate::runtime::lease::Leadership;
-use edgegate::runtime::wakeups::{Later, Wakeup, Wakeups};
-use edgegate::{CopySelector, EdgeReachability, RecordSource, RecordStore, Slice};
+use crate::core::hold::Hold;
+use crate::core::plan::{Deletion, Scope, deletion};
+use crate::core::record::{Record, RecordState};
+use crate::index::Change;
+use crate::index::clock;
+use crate::index::copies::CopyIndex;
+use crate::index::pace::Pacer;
+use crate::index::prune::plan;
+use crate::runtime::lease::Leadership;
+use crate::runtime::wakeups::{Later, Wakeup, Wakeups};
+use crate::{CopySelector, EdgeReachability, RecordSource, RecordStore, Slice};
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::api::{DeleteParams, Preconditions};
 use kube::runtime::events::{Event, EventType, Recorder};
@@ -26,8 +26,8 @@ use parking_lot::Mutex;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use crate::gate::Gate;
-use crate::metrics::Metrics;
+use crate::runtime::prune::gate::Gate;
+use crate::runtime::prune::metrics::Metrics;
 
 /// Deletions (each a DELETE and its Event) a pass has in flight at once.
 const IN_FLIGHT: usize = 8;
@@ -41,7 +41,7 @@ pub type Grace = Arc<Mutex<Hold<CopyKey>>>;
 /// What the record watch tells the grace: a record that names one of a held copy's addresses,
 /// even for a moment between two passes, ends that copy's run; so does a record that could not
 /// be decoded (what it named then is unknown), for every copy in its namespace.
-pub fn named_again(grace: Grace, copies: Arc<CopyIndex>) -> edgegate::index::source::kubernetes::RecordObserver {
+pub fn named_again(grace: Grace, copies: Arc<CopyIndex>) -> crate::index::source::kubernetes::RecordObserver {
     Box::new(move |namespace, record| {
         let mut grace = grace.lock();
         if grace.is_empty() {
@@ -148,7 +148,7 @@ impl Pruner {
             return Vec::new();
         }
         let planned = plan(self.records.as_ref(), &self.copies, &self.selector, scope);
-        self.metrics.deletions_by(crate::metrics::TERMINATING, planned.terminating as u64);
+        self.metrics.deletions_by(crate::runtime::prune::metrics::TERMINATING, planned.terminating as u64);
         let due = self.due(scope, planned.deletions);
         let outcomes = futures::stream::iter(due)
             .map(|planned| async move {

@@ -9,7 +9,7 @@
 
 use std::time::{Duration, Instant};
 
-use edgegate::core::plan::Deletion;
+use crate::core::plan::Deletion;
 
 /// Evidence that a due deletion's record is a withdrawal, asked right before each DELETE.
 pub trait Gate: Send + Sync {

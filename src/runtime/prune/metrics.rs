@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use edgegate::runtime::metrics::{ResultLabels, registered};
+use crate::runtime::metrics::{ResultLabels, registered};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -33,15 +33,15 @@ pub struct SpellingLabels {
 
 impl Metrics {
     /// With the expiry of the hub kubeconfig's token, when it has one.
-    pub fn with_hub_token(mut self, hub: &edgegate::runtime::flags::HubArgs) -> Self {
-        edgegate::runtime::metrics::register_hub_token_expiry(&mut self.registry, hub);
+    pub fn with_hub_token(mut self, hub: &crate::runtime::flags::HubArgs) -> Self {
+        crate::runtime::metrics::register_hub_token_expiry(&mut self.registry, hub);
         self
     }
 
     /// `edgegate-pruner`'s: every metric of the process.
     pub fn new() -> Self {
         let mut registry = Registry::with_prefix("edgegate");
-        edgegate::runtime::metrics::register_undecodable(&mut registry);
+        crate::runtime::metrics::register_undecodable(&mut registry);
         let leader = registered(&mut registry, "leader", "1 while this replica holds the Lease and may delete");
         Self::families(registry, leader)
     }
@@ -69,7 +69,7 @@ impl Metrics {
             "How long due deletions have waited for evidence that their record is current (the producer's own view of their project, with edgegate-producer --prune); 0 when none waits",
         );
         // Every result from the start, at 0: an alert on rate() or increase() sees the first one.
-        let results = crate::pruner::Outcome::ALL.map(crate::pruner::Outcome::label);
+        let results = crate::runtime::prune::pruner::Outcome::ALL.map(crate::runtime::prune::pruner::Outcome::label);
         for result in results.into_iter().chain([TERMINATING]) {
             let _ = deletions.get_or_create(&ResultLabels { result });
         }
@@ -122,7 +122,7 @@ impl Metrics {
     }
 
     pub fn encode(&self) -> String {
-        edgegate::runtime::metrics::encode(&self.registry)
+        crate::runtime::metrics::encode(&self.registry)
     }
 
     pub fn registry(&self) -> &Registry {

@@ -6,11 +6,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use edgegate::index::copies::CopyIndex;
-use edgegate::{RecordSource, RecordStore};
+use crate::index::copies::CopyIndex;
+use crate::{RecordSource, RecordStore};
 use tokio_util::sync::CancellationToken;
 
-use crate::metrics::Metrics;
+use crate::runtime::prune::metrics::Metrics;
 
 /// How often the spellings are counted: a scan of every record and copy address, and spellings
 /// change only with the records and copies themselves.
