@@ -10,8 +10,10 @@ use std::time::Duration;
 
 use edgegate::core::hold::Hold;
 use edgegate::index::Change;
+use edgegate::index::dirty::Dirty;
 use edgegate::index::hub::HubView;
 use edgegate::runtime::lease::Leadership;
+use edgegate::runtime::queue::WorkQueue;
 use edgegate::runtime::rbac::{PRODUCER_HUB, PRODUCER_PROJECT};
 use edgegate_producer::metrics::Metrics;
 use edgegate_producer::producer::{Producer, Trigger, Written};
@@ -20,7 +22,6 @@ use kube::Client;
 use kube::runtime::events::{Recorder, Reporter};
 use parking_lot::Mutex;
 use serde_json::{Value, json};
-use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use mock::{Log, Seen, assert_within, initial_events, json_response, list, status, watch_event};
@@ -103,7 +104,7 @@ struct Harness {
     producer: Producer,
     project_log: Log,
     hub_log: Log,
-    _triggers: mpsc::UnboundedReceiver<Trigger>,
+    _triggers: Dirty<Trigger>,
 }
 
 fn start(
@@ -117,11 +118,11 @@ fn start(
 fn start_with(project_lists: Vec<(&'static str, Option<Vec<Value>>)>, hub: (Client, Log)) -> Harness {
     let (project, project_log) = serve(project_lists);
     let (hub, hub_log) = hub;
-    let (tx, triggers) = mpsc::unbounded_channel();
+    let triggers = Dirty::default();
     let view = Arc::new(HubView::new("default"));
     let shutdown = CancellationToken::new();
-    start_hub_watches(&hub, &view, &tx, &shutdown);
-    let engaged = Engaged::new(Default::default(), tx, &shutdown);
+    start_hub_watches(&hub, &view, &triggers, &shutdown);
+    let engaged = Engaged::new(Default::default(), triggers.clone(), &shutdown);
     engaged.engage("acme", project);
     let leader = Leadership::always();
     let recorder = Recorder::new(hub.clone(), Reporter { controller: "edgegate-producer".into(), instance: None });
@@ -333,12 +334,11 @@ async fn what_served_while_nothing_could_be_written_is_named_by_the_first_write_
     assert_eq!(h.producer.pass(&[Trigger::Hub(Change::All)]).await, [Written::Skipped]);
     // Interface b (fd20::1) stops serving, still unwritten.
     let index = Arc::clone(h.producer.projects.read().get("acme").expect("engaged"));
-    let (tx, _changes) = mpsc::unbounded_channel();
     let unbound: NetworkInterface = serde_json::from_value(json!({
         "metadata": {"name": "b", "namespace": "p", "labels": {"app": "web"}},
         "spec": {"addresses": [{"address": "fd20::1"}]}, "status": {"phase": "Available"}}))
     .expect("interface");
-    KindWriter::new(index, tx).applied(unbound);
+    KindWriter::new(index, Dirty::default()).applied(unbound);
     assert_eq!(h.producer.pass(&[Trigger::Hub(Change::All)]).await, [Written::Skipped]);
     // Leading now: fd20::1 served a moment ago, so the record names it.
     grant.until(Some(edgegate::index::clock::now() + Duration::from_secs(60)));
@@ -377,8 +377,7 @@ async fn a_project_that_cannot_be_read_holds_only_its_own_copies() {
     let dark: Vec<(&'static str, Option<Vec<Value>>)> =
         [HTTPPROXIES, SERVICES, INTERFACES, SLICES, NAMESPACES].into_iter().map(|p| (p, None)).collect();
     let (dark_client, dark_log) = serve(dark);
-    let (tx, _dark_triggers) = mpsc::unbounded_channel();
-    let engaged = Engaged::new(Arc::clone(&h.producer.projects), tx, &CancellationToken::new());
+    let engaged = Engaged::new(Arc::clone(&h.producer.projects), Dirty::default(), &CancellationToken::new());
     engaged.engage("dark", dark_client);
     until("acme whole, dark's lists refused", || {
         h.producer.view.synced()
@@ -390,7 +389,7 @@ async fn a_project_that_cannot_be_read_holds_only_its_own_copies() {
     let evidence_for = |whole_for: Duration| {
         let memory = memory(&h);
         let (view, projects) = (Arc::clone(&h.producer.view), Arc::clone(&h.producer.projects));
-        Evidence::new(view, projects, Arc::default(), memory, whole_for, edgegate::runtime::wakeups::Later::default())
+        Evidence::new(view, projects, Arc::default(), memory, whole_for, WorkQueue::new())
     };
     let evidence = evidence_for(Duration::ZERO);
     let copy = |ns: &str, address: &str| Deletion {
@@ -777,10 +776,10 @@ async fn a_hung_write_holds_up_its_own_namespace_only() {
     let h = start_with(lists, hub);
     until("the project and the hub listed", || project_synced(&h) && h.producer.view.synced()).await;
     let Harness { producer, hub_log, .. } = h;
-    let (tx, triggers) = mpsc::unbounded_channel();
+    let triggers = Dirty::default();
     let shutdown = CancellationToken::new();
-    let running = tokio::spawn(producer.run(triggers, Duration::from_secs(3600), 2, shutdown.clone()));
-    tx.send(Trigger::Hub(Change::All)).expect("trigger");
+    let running = tokio::spawn(producer.run(triggers.clone(), None, Duration::from_secs(3600), 2, shutdown.clone()));
+    triggers.mark(Trigger::Hub(Change::All));
     let patched = || -> std::collections::BTreeSet<String> {
         let log = hub_log.lock().expect("log");
         log.iter().filter(|s| s.method == "PATCH").map(|s| s.path().to_owned()).collect()
@@ -800,9 +799,8 @@ async fn a_failed_write_is_tried_again_after_its_backoff() {
     until("the project and the hub listed", || project_synced(&h) && h.producer.view.synced()).await;
     let Harness { producer, hub_log, .. } = h;
     // No trigger sent: the resync's first tick, at once, asks for every namespace.
-    let (_tx, triggers) = mpsc::unbounded_channel();
     let shutdown = CancellationToken::new();
-    let running = tokio::spawn(producer.run(triggers, Duration::from_secs(3600), 2, shutdown.clone()));
+    let running = tokio::spawn(producer.run(Dirty::default(), None, Duration::from_secs(3600), 2, shutdown.clone()));
     let patches = || -> usize { hub_log.lock().expect("log").iter().filter(|s| s.method == "PATCH").count() };
     until("the first write", || patches() >= 1).await;
     let again = mock::until("the write tried again", Duration::from_secs(8), || patches() >= 2).await;

@@ -10,13 +10,14 @@ use std::time::{Duration, Instant};
 use edgegate::core::hold::Hold;
 use edgegate::core::plan::Scope;
 use edgegate::index::copies::CopyIndex;
+use edgegate::index::dirty::Dirty;
 use edgegate::index::pace::Pacer;
 use edgegate::runtime::lease::{Grant, Leadership};
 use edgegate::runtime::prune::metrics::Metrics;
 use edgegate::runtime::prune::parts::start_watches;
 use edgegate::runtime::prune::pruner::{Outcome, Pruner};
+use edgegate::runtime::queue::WorkQueue;
 use edgegate::runtime::rbac::{Rule, allows};
-use edgegate::runtime::wakeups::Later;
 use edgegate::{CopySelector, RecordSource, RecordStore};
 use http::StatusCode;
 use kube::Client;
@@ -139,11 +140,11 @@ impl Harness {
     /// The pruner with real watches against the mock, resyncing every 100 ms.
     fn start(scenario: Scenario, leading: bool, dry_run: bool) -> Harness {
         let (client, log) = serve(scenario);
-        let (changes_tx, changes) = mpsc::unbounded_channel();
+        let changes = Dirty::default();
         let records = Arc::new(RecordStore::new("default"));
         let copies = Arc::new(CopyIndex::default());
         let shutdown = CancellationToken::new();
-        start_watches(&client, &CopySelector::default(), &records, &copies, changes_tx, None, &shutdown);
+        start_watches(&client, &CopySelector::default(), &records, &copies, &changes, None, &shutdown);
         let (leader_rx, leader) = Grant::new();
         if leading {
             leader.until(Some(far_future()));
@@ -158,13 +159,13 @@ impl Harness {
             dry_run,
             pacer: Pacer::new(Duration::ZERO),
             grace: Arc::new(Mutex::new(Hold::new(Duration::ZERO))),
-            again: Some(Later::default()),
+            queue: WorkQueue::new(),
             gate: None,
             leader: leader_rx,
             metrics: Arc::clone(&metrics),
             recorder,
         };
-        tokio::spawn(pruner.run(changes, Duration::from_millis(100), shutdown.clone()));
+        tokio::spawn(pruner.run(changes, Duration::from_millis(100), 2, shutdown.clone()));
         Harness { log, leader, metrics, records, copies, shutdown }
     }
 
@@ -392,7 +393,7 @@ fn held_pruner_reading(
         dry_run: false,
         pacer: Pacer::new(pace),
         grace: Arc::new(Mutex::new(Hold::new(grace))),
-        again: None,
+        queue: WorkQueue::new(),
         gate: None,
         leader,
         metrics: Arc::new(Metrics::new()),
@@ -485,30 +486,24 @@ async fn a_copy_is_deleted_only_once_unnamed_for_the_whole_grace() {
 }
 
 /// A held copy asks for its namespace to be passed over again when its grace ends, once however
-/// many passes find it held; the loop's wakeups bring that pass without waiting for a resync.
+/// many passes find it held; the work queue hands that key to a worker then, without waiting for
+/// a resync.
 #[tokio::test]
 async fn a_held_copy_brings_its_namespace_round_again_when_its_grace_ends() {
-    use edgegate::index::Change;
-    use edgegate::runtime::wakeups::{Wakeup, Wakeups};
     let grace = Duration::from_millis(300);
     let copies = vec![copy("ns-a", "web", &["fd00::9"])];
-    let (mut pruner, _log, _store) = held_pruner(vec![record("ns-a", &[])], copies, Duration::ZERO, grace);
-    let later = Later::default();
-    pruner.again = Some(later.clone());
+    let (pruner, log, _store) = held_pruner(vec![record("ns-a", &[])], copies, Duration::ZERO, grace);
     let ns = Scope::Namespace("ns-a".into());
     let started = Instant::now();
     assert!(pruner.pass(&ns).await.is_empty(), "held");
     assert!(pruner.pass(&Scope::All).await.is_empty(), "still held");
-    assert_eq!(later.len(), 1, "one pass asked for, for the namespace");
-    let (_changes_tx, changes) = mpsc::unbounded_channel();
-    let (_leader_tx, leader) = tokio::sync::watch::channel(true);
-    let mut wakeups = Wakeups::new(changes, Duration::from_secs(3600), leader).with_later(Some(later));
+    assert_eq!(pruner.queue.depth(), 1, "one pass asked for, for the namespace");
     let shutdown = CancellationToken::new();
-    assert_eq!(wakeups.next(&shutdown).await, Some(Wakeup::Everything), "the first tick, at once");
-    let woken = tokio::time::timeout(Duration::from_secs(5), wakeups.next(&shutdown)).await.expect("within 5 s");
-    assert_eq!(woken, Some(Wakeup::Change(Change::Namespace("ns-a".into()))));
+    let claim = tokio::time::timeout(Duration::from_secs(5), pruner.queue.next(&shutdown)).await.expect("within 5 s");
+    assert_eq!(claim.as_ref().map(|c| c.key().as_str()), Some("ns-a"));
     assert!(started.elapsed() >= grace, "not before the grace ends: {:?}", started.elapsed());
-    assert_eq!(pruner.pass(&ns).await, [Outcome::Deleted]);
+    assert_eq!(pruner.prune("ns-a".into()).await, edgegate::runtime::queue::Outcome::Done);
+    assert_eq!(log.lock().expect("log").iter().filter(|s| s.method == "DELETE").count(), 1, "deleted");
 }
 
 #[tokio::test(start_paused = true)]

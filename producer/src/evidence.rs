@@ -35,13 +35,12 @@ use std::time::{Duration, Instant};
 use edgegate::core::plan::Deletion;
 use edgegate::core::record::Record;
 use edgegate::core::unwritten::Unwritten;
-use edgegate::index::Change;
 use edgegate::index::clock;
 use edgegate::index::hub::HubView;
 use edgegate::index::project::ProjectIndex;
 use edgegate::runtime::prune::gate::Gate;
+use edgegate::runtime::queue::WorkQueue;
 use edgegate::runtime::shard::Ownership;
-use edgegate::runtime::wakeups::Later;
 use parking_lot::Mutex;
 
 use crate::producer::{Projects, find_by_uid, labelled_project};
@@ -156,7 +155,7 @@ pub struct Evidence {
     /// `--withdraw-after` + `--grace`: how long a project must have been whole.
     pub whole_for: Duration,
     /// Where the pruner is asked to pass a namespace over again.
-    pub again: Later<Change>,
+    pub queue: WorkQueue<String>,
     waiting: Arc<Mutex<HashMap<String, Waiting>>>,
     liveness: Arc<Mutex<HashMap<String, Liveness>>>,
     /// Sharing: only the copies of the projects whose buckets this replica holds are its to delete.
@@ -172,7 +171,7 @@ impl Evidence {
         clients: Clients,
         memory: Memory,
         whole_for: Duration,
-        again: Later<Change>,
+        queue: WorkQueue<String>,
     ) -> Self {
         Evidence {
             view,
@@ -180,7 +179,7 @@ impl Evidence {
             clients,
             memory,
             whole_for,
-            again,
+            queue,
             waiting: Arc::default(),
             liveness: Arc::default(),
             forgotten: Mutex::default(),
@@ -338,7 +337,7 @@ impl Gate for Evidence {
         let first = entry.is_some_and(|w| std::mem::take(&mut w.fresh));
         drop(waiting);
         let recheck = if unwatched { RECHECK_UNWATCHED } else { RECHECK };
-        self.again.at(Change::Namespace(namespace.to_owned()), now + recheck);
+        self.queue.add_at(namespace.to_owned(), now + recheck);
         first
     }
 
@@ -450,7 +449,7 @@ mod tests {
             failing: Arc::default(),
         };
         let view = Arc::new(HubView::new("default"));
-        Evidence::new(view, Arc::default(), Arc::default(), memory, Duration::ZERO, Later::default())
+        Evidence::new(view, Arc::default(), Arc::default(), memory, Duration::ZERO, WorkQueue::new())
     }
 
     fn copy(namespace: String) -> Deletion {

@@ -13,9 +13,11 @@ use edgegate::core::plan::Scope;
 use edgegate::core::unwritten::Unwritten;
 use edgegate::index::Change;
 use edgegate::index::clock;
+use edgegate::index::dirty::Dirty;
 use edgegate::index::hub::{HubRecord, HubView, KEPT_ANNOTATION};
 use edgegate::index::project::ProjectIndex;
 use edgegate::runtime::lease::Leadership;
+use edgegate::runtime::prune::parts::Parts;
 use edgegate::runtime::queue::{self, Outcome, RETRY_FIRST, WorkQueue};
 use edgegate::runtime::shard::Ownership;
 use edgegate::runtime::wakeups::{Wakeup, Wakeups};
@@ -24,7 +26,6 @@ use kube::runtime::events::{Event, EventType, Recorder};
 use kube::{Api, Client};
 use parking_lot::{Mutex, RwLock};
 use serde_json::json;
-use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::metrics::Metrics;
@@ -95,7 +96,7 @@ impl Refusal {
 pub const FIELD_MANAGER: &str = "edgegate-producer";
 
 /// What made a recompute necessary.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Trigger {
     /// Something in one project changed (a namespace, or everything after a re-list).
     Project(String, Change),
@@ -740,11 +741,14 @@ impl Producer {
 
     /// Until `shutdown`: each trigger's hub namespaces queued (every one on each resync tick and
     /// whenever this replica becomes leader), and written by `workers` workers, a namespace by
-    /// one at a time. At shutdown the writes sent complete (for 2 s at most) before the Lease is
-    /// handed over.
+    /// one at a time. With `pruning`, each namespace's copies are passed over right after its
+    /// write, under the same key (never at once with it), and its own changes queue it too. At
+    /// shutdown no deletion starts any more, and the writes and deletions sent complete (for 2 s
+    /// at most) before the Lease is handed over.
     pub async fn run(
         self,
-        triggers: mpsc::UnboundedReceiver<Trigger>,
+        triggers: Dirty<Trigger>,
+        pruning: Option<Parts>,
         resync: Duration,
         workers: u16,
         shutdown: CancellationToken,
@@ -754,36 +758,53 @@ impl Producer {
         let mut wakeups = Wakeups::new(triggers, resync, became);
         let feed = async {
             while let Some(wakeup) = wakeups.next(&shutdown).await {
-                let trigger = match wakeup {
-                    Wakeup::Change(trigger) => trigger,
-                    Wakeup::Everything => Trigger::Hub(Change::All),
+                let triggers = match wakeup {
+                    Wakeup::Changes(triggers) => triggers,
+                    Wakeup::Everything => vec![Trigger::Hub(Change::All)],
                 };
-                if trigger == Trigger::Hub(Change::All) {
+                if triggers.contains(&Trigger::Hub(Change::All)) {
                     self.set_state();
                     self.forget_gone();
                 }
-                for key in self.keys(&trigger) {
+                for key in triggers.iter().flat_map(|t| self.keys(t)) {
                     self.queue.add(key);
                 }
             }
         };
-        let this = &self;
-        let write = move |hub_ns: String| async move {
-            match this.write_namespace(&hub_ns).await {
+        let (pruner, prune_changes) = match pruning {
+            Some(Parts { pruner, changes }) => (Some(pruner), Some(changes)),
+            None => (None, None),
+        };
+        let prune_feed = async {
+            if let (Some(pruner), Some(changes)) = (&pruner, prune_changes) {
+                pruner.feed(changes, resync, &shutdown).await;
+            }
+        };
+        let (this, pruner) = (&self, pruner.as_ref());
+        let work = move |hub_ns: String| async move {
+            let written = match this.write_namespace(&hub_ns).await {
                 Some(Written::Error) => Outcome::Retry,
                 // Nothing could be done now (not leading, a view not whole, a stale refusal): a
                 // failure after it waits on from where the last one left off.
                 Some(Written::Skipped) => Outcome::NotWorked,
                 _ => Outcome::Done,
-            }
+            };
+            let pruned = match pruner {
+                Some(pruner) => pruner.prune(hub_ns).await,
+                None => Outcome::Done,
+            };
+            if pruned == Outcome::Retry { pruned } else { written }
         };
-        let work = queue::work(self.queue.clone(), usize::from(workers), shutdown.clone(), write);
+        let work = queue::work(self.queue.clone(), usize::from(workers), shutdown.clone(), work);
         let stopped = async {
             shutdown.cancelled().await;
+            if let Some(pruner) = pruner {
+                pruner.pacer.close();
+            }
             tokio::time::sleep(Duration::from_secs(2)).await;
         };
         tokio::select! {
-            _ = async { tokio::join!(feed, work) } => {}
+            _ = async { tokio::join!(feed, prune_feed, work) } => {}
             () = stopped => {}
         }
     }

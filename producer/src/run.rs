@@ -13,6 +13,7 @@ use edgegate::core::hold::Hold;
 use edgegate::core::project::{HttpProxy, NamespaceMeta, NetworkInterface, NetworkService};
 use edgegate::core::shard::{self, Bucket};
 use edgegate::index::Change;
+use edgegate::index::dirty::Dirty;
 use edgegate::index::hub::{HubView, HubWriter};
 use edgegate::index::project::{KindWriter, ProjectIndex};
 use edgegate::index::source::budget::ListBudget;
@@ -22,6 +23,7 @@ use edgegate::index::source::follow::{
 use edgegate::runtime::admin::Probes;
 use edgegate::runtime::controller::Controller;
 use edgegate::runtime::lease::Leadership;
+use edgegate::runtime::prune::gate::Gate;
 use edgegate::runtime::queue::WorkQueue;
 use edgegate::runtime::shard::{LEAVING_ANNOTATION, Links, READY_ANNOTATION, ShardConfig, share};
 use edgegate::runtime::supervise::essential;
@@ -29,7 +31,7 @@ use kube::runtime::watcher;
 use kube::{Api, Client};
 use parking_lot::Mutex;
 use serde::de::DeserializeOwned;
-use tokio::sync::{Notify, mpsc};
+use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
@@ -40,10 +42,9 @@ use crate::producer::{Producer, Projects, Trigger};
 use edgegate::runtime::prune::parts::Parts;
 
 pub async fn run(args: Args) -> anyhow::Result<()> {
-    // Unbounded: fed by the watch handlers (through `forward`) and the Lease, neither of which
-    // may wait, and a trigger dropped would lose a write; one message per event, drained
-    // into one write per namespace by each batch.
-    let (triggers_tx, triggers) = mpsc::unbounded_channel();
+    // Marked by the watch handlers (through `forward`), which never wait: a set of what changed,
+    // as large as the distinct changes however many events arrive.
+    let triggers = Dirty::default();
     let view = Arc::new(HubView::new(args.record_name.clone()));
     let projects = Projects::default();
     let lease = args.lease.config(&args.lease_name, "edgegate-producer");
@@ -62,8 +63,8 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let controller = Controller::start(&args.hub, &election).await?;
     let hub = controller.hub.clone();
     let shutdown = &controller.shutdown;
-    start_hub_watches(&hub, &view, &triggers_tx, shutdown);
-    let mut engaged = Engaged::new(projects, triggers_tx, shutdown)
+    start_hub_watches(&hub, &view, &triggers, shutdown);
+    let mut engaged = Engaged::new(projects, triggers.clone(), shutdown)
         .within(ListBudget::new(usize::from(args.project_lists_in_flight), args.project_lists_per_second));
     let owner = sharing.map(|config| {
         let (engage, buckets) = tokio::sync::watch::channel(BTreeSet::new());
@@ -106,36 +107,23 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let served =
         Arc::new(Mutex::new(edgegate::core::unwritten::Unwritten::new(args.withdraw_after + args.deletion.grace)));
     let failing = Arc::default();
-    // With --prune, the pruner runs here, on this Lease, asking this process's memory.
+    // The namespaces to write (and, with --prune, to pass over): one key each.
+    let queue = WorkQueue::new();
+    // With --prune, the pruner runs here, on this Lease and this queue, asking this process's
+    // memory.
     let pruning = args.prune.then(|| {
-        let evidence = Arc::new(Mutex::new(None::<Arc<Evidence>>));
-        let parts = Parts::start(
-            &controller,
-            &args.deletion,
-            &args.record_name,
-            edgegate::runtime::prune::metrics::Metrics::embedded(),
-            |_, later| {
-                let made = Arc::new(
-                    Evidence::new(
-                        Arc::clone(&view),
-                        Arc::clone(&engaged.projects),
-                        Arc::clone(&engaged.clients),
-                        crate::evidence::Memory {
-                            unwritten: Arc::clone(&unwritten),
-                            served: Arc::clone(&served),
-                            failing: Arc::clone(&failing),
-                        },
-                        args.withdraw_after + args.deletion.grace,
-                        later,
-                    )
-                    .sharing(owner.clone()),
-                );
-                *evidence.lock() = Some(Arc::clone(&made));
-                Some(made as Arc<dyn edgegate::runtime::prune::gate::Gate>)
-            },
-        );
-        let evidence = evidence.lock().take();
-        (parts, evidence)
+        let memory = crate::evidence::Memory {
+            unwritten: Arc::clone(&unwritten),
+            served: Arc::clone(&served),
+            failing: Arc::clone(&failing),
+        };
+        let whole_for = args.withdraw_after + args.deletion.grace;
+        let (projects, clients) = (Arc::clone(&engaged.projects), Arc::clone(&engaged.clients));
+        let evidence = Evidence::new(Arc::clone(&view), projects, clients, memory, whole_for, queue.clone());
+        let evidence = Arc::new(evidence.sharing(owner.clone()));
+        let metrics = edgegate::runtime::prune::metrics::Metrics::embedded();
+        let gate = Some(Arc::clone(&evidence) as Arc<dyn Gate>);
+        (Parts::start(&controller, &args.deletion, &args.record_name, metrics, queue.clone(), gate), evidence)
     });
     let producer = Producer {
         hub,
@@ -146,7 +134,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         unwritten,
         served,
         failing,
-        queue: WorkQueue::new(),
+        queue,
         leader: controller.leader.clone(),
         owner,
         metrics: Arc::clone(&metrics),
@@ -154,10 +142,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         mismatched: Mutex::default(),
         pacer: Some(edgegate::index::pace::Pacer::per_second(args.max_writes_per_second)),
     };
-    let (pruner, evidence) = match pruning {
-        Some((parts, evidence)) => (Some(parts), evidence),
-        None => (None, None),
-    };
+    let (pruner, evidence) = pruning.unzip();
     let admin = Admin {
         view,
         engaged: engaged.clone(),
@@ -170,16 +155,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     };
     controller.serve_admin(args.listen, Arc::new(admin)).await?;
     tracing::info!(withdraw_after = ?args.withdraw_after, prune = args.prune, grace = ?args.deletion.grace, "producing");
-    let shutdown = controller.shutdown.clone();
-    match pruner {
-        Some(Parts { pruner, changes }) => {
-            tokio::join!(
-                producer.run(triggers, args.resync, args.workers, shutdown.clone()),
-                pruner.run(changes, args.resync, shutdown)
-            );
-        }
-        None => producer.run(triggers, args.resync, args.workers, shutdown).await,
-    }
+    producer.run(triggers, pruner, args.resync, args.workers, controller.shutdown.clone()).await;
     controller.stopped().await;
     Ok(())
 }
@@ -220,15 +196,9 @@ fn stem(path: &Path) -> String {
 }
 
 /// The hub's Namespaces and EdgeReachabilities, into `view`; what appears or goes is a trigger.
-pub fn start_hub_watches(
-    hub: &Client,
-    view: &Arc<HubView>,
-    triggers: &mpsc::UnboundedSender<Trigger>,
-    shutdown: &CancellationToken,
-) {
-    // Unbounded: a watch handler must not wait; `forward` moves each change on as it comes.
-    let (tx, rx) = mpsc::unbounded_channel();
-    forward(rx, triggers.clone(), Trigger::Hub);
+pub fn start_hub_watches(hub: &Client, view: &Arc<HubView>, triggers: &Dirty<Trigger>, shutdown: &CancellationToken) {
+    let tx = Dirty::default();
+    forward(tx.clone(), triggers.clone(), Trigger::Hub, shutdown);
     let namespaces = Whole::new(HubWriter::new(Arc::clone(view), tx.clone()));
     spawn_follow::<NamespaceMeta, _>("hub", Api::all(hub.clone()), namespaces, WATCH_TIMEOUT_SECS, None, shutdown);
     let records = Whole::new(HubWriter::new(Arc::clone(view), tx));
@@ -259,17 +229,19 @@ where
     essential(name, shutdown, tracing::Instrument::instrument(watch, span))
 }
 
-/// Tag each change from `rx` with `wrap` and pass it on, until either side closes: the watches
-/// that send are aborted (a project disengaged) or the producer's loop has stopped.
+/// Tag each change marked on `from` with `wrap` and mark it on `to`, until `shutdown`.
 fn forward(
-    mut rx: mpsc::UnboundedReceiver<Change>,
-    to: mpsc::UnboundedSender<Trigger>,
+    from: Dirty<Change>,
+    to: Dirty<Trigger>,
     wrap: impl Fn(Change) -> Trigger + Send + 'static,
+    shutdown: &CancellationToken,
 ) {
+    let shutdown = shutdown.clone();
     tokio::spawn(async move {
-        while let Some(change) = rx.recv().await {
-            if to.send(wrap(change)).is_err() {
-                return;
+        loop {
+            tokio::select! {
+                () = shutdown.cancelled() => return,
+                changes = from.next() => changes.into_iter().for_each(|c| to.mark(wrap(c))),
             }
         }
     });
@@ -283,7 +255,7 @@ pub struct Engaged {
     /// Each engaged project's client, for a live look before a deletion ([`crate::evidence`]).
     pub clients: Arc<parking_lot::RwLock<HashMap<String, Client>>>,
     tasks: Arc<Mutex<HashMap<String, Vec<JoinHandle<()>>>>>,
-    triggers: mpsc::UnboundedSender<Trigger>,
+    triggers: Dirty<Trigger>,
     /// Every project's lists, within one budget.
     budget: Arc<ListBudget>,
     shutdown: CancellationToken,
@@ -303,7 +275,7 @@ struct Offered {
 }
 
 impl Engaged {
-    pub fn new(projects: Projects, triggers: mpsc::UnboundedSender<Trigger>, shutdown: &CancellationToken) -> Self {
+    pub fn new(projects: Projects, triggers: Dirty<Trigger>, shutdown: &CancellationToken) -> Self {
         Engaged {
             projects,
             clients: Arc::default(),
@@ -436,9 +408,8 @@ impl Engaged {
     /// come to: [`ProjectWatches`]); its namespaces are written once all have listed.
     fn start(&self, name: &str, client: Client) {
         let index = Arc::new(ProjectIndex::default());
-        // Unbounded: a watch handler must not wait; the project's task moves each change on as
-        // it comes.
-        let (tx, mut rx) = mpsc::unbounded_channel();
+        // What the project's watches mark changed; its task moves them on.
+        let tx = Dirty::default();
         self.clients.write().insert(name.to_owned(), client.clone());
         let mut watches = ProjectWatches {
             always: Vec::new(),
@@ -457,11 +428,11 @@ impl Engaged {
         // Each change first starts or stops the watches the proxies now need, then goes on: the
         // task (and with it every watch of the project) runs until the project is disengaged.
         let task = tokio::spawn(async move {
-            while let Some(change) = rx.recv().await {
+            let changed = watches.tx.clone();
+            loop {
+                let changes = changed.next().await;
                 watches.reconcile().await;
-                if to.send(Trigger::Project(project.clone(), change)).is_err() {
-                    return;
-                }
+                changes.into_iter().for_each(|c| to.mark(Trigger::Project(project.clone(), c)));
             }
         });
         tracing::info!(project = name, "project engaged");
@@ -495,7 +466,7 @@ struct ProjectWatches {
     decided: bool,
     client: Client,
     index: Arc<ProjectIndex>,
-    tx: mpsc::UnboundedSender<Change>,
+    tx: Dirty<Change>,
     of: String,
     budget: Arc<ListBudget>,
     shutdown: CancellationToken,

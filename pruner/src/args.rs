@@ -27,6 +27,11 @@ pub struct Args {
     #[command(flatten)]
     pub deletion: edgegate::runtime::flags::DeletionArgs,
 
+    /// Namespaces passed over at once: each by one worker at a time, so one namespace whose
+    /// DELETEs hang holds up its own copies only.
+    #[arg(long, env = "EDGEGATE_WORKERS", default_value_t = 8, value_parser = clap::value_parser!(u16).range(1..=256))]
+    pub workers: u16,
+
     /// Only EdgeReachability records with this name count; others are ignored and counted.
     #[arg(long, env = "EDGEGATE_RECORD_NAME", default_value = edgegate::index::store::DEFAULT_RECORD_NAME)]
     pub record_name: String,

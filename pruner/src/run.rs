@@ -6,6 +6,7 @@ use std::sync::Arc;
 use edgegate::runtime::controller::Controller;
 use edgegate::runtime::prune::metrics::Metrics;
 use edgegate::runtime::prune::parts::Parts;
+use edgegate::runtime::queue::WorkQueue;
 
 use crate::args::Args;
 
@@ -18,7 +19,8 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     );
     let controller = Controller::start(&args.hub, &args.lease.config(&args.lease_name, "edgegate-pruner")).await?;
     let metrics = Metrics::new().with_hub_token(&args.hub);
-    let parts = Parts::start(&controller, &args.deletion, &args.record_name, metrics, |_, _| None);
+    let queue = WorkQueue::new();
+    let parts = Parts::start(&controller, &args.deletion, &args.record_name, metrics, queue, None);
     controller.serve_admin(args.listen, Arc::new(parts.admin())).await?;
     tracing::info!(
         grace = ?args.deletion.grace,
@@ -28,7 +30,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         selector = %parts.pruner.selector,
         "pruning"
     );
-    parts.pruner.run(parts.changes, args.resync, controller.shutdown.clone()).await;
+    parts.pruner.run(parts.changes, args.resync, args.workers, controller.shutdown.clone()).await;
     controller.stopped().await;
     Ok(())
 }

@@ -135,6 +135,11 @@ impl<K: Namespaced + Hash + Eq + Clone> Hold<K> {
         self.since.retain(|ns, _| !ended(ns));
     }
 
+    /// The namespaces with keys held.
+    pub fn namespaces(&self) -> impl Iterator<Item = String> + '_ {
+        self.since.keys().cloned()
+    }
+
     /// How many keys are held.
     pub fn len(&self) -> usize {
         self.since.values().map(HashMap::len).sum()

@@ -29,6 +29,11 @@ impl CopyIndex {
         self.copies.read().get(namespace).map(|c| c.values().cloned().collect()).unwrap_or_default()
     }
 
+    /// The namespaces with copies.
+    pub fn namespaces(&self) -> Vec<String> {
+        self.copies.read().keys().cloned().collect()
+    }
+
     /// One copy as last seen.
     pub fn get(&self, namespace: &str, name: &str) -> Option<Arc<Slice>> {
         self.copies.read().get(namespace).and_then(|c| c.get(name)).cloned()
@@ -89,7 +94,7 @@ pub struct CopyWriter {
     /// Told of each copy created or changed (its namespace), and when a (re-)list completes (all),
     /// so a pass follows at once: a copy that slipped past the webhook (warn mode, failurePolicy
     /// Ignore, a bypass) is judged now, not at the next resync.
-    changes: Option<tokio::sync::mpsc::UnboundedSender<Change>>,
+    changes: Option<crate::index::dirty::Dirty<Change>>,
 }
 
 impl CopyWriter {
@@ -97,9 +102,9 @@ impl CopyWriter {
         CopyWriter { index, relisting: None, changes: None }
     }
 
-    /// Send [`Change::Namespace`] for every copy created or changed, and [`Change::All`] after
+    /// Mark [`Change::Namespace`] for every copy created or changed, and [`Change::All`] after
     /// every complete (re-)list.
-    pub fn with_changes(mut self, changes: tokio::sync::mpsc::UnboundedSender<Change>) -> Self {
+    pub fn with_changes(mut self, changes: crate::index::dirty::Dirty<Change>) -> Self {
         self.changes = Some(changes);
         self
     }
@@ -121,8 +126,8 @@ impl WatchSink<Slice> for CopyWriter {
             *self.index.copies.write() = map;
             self.index.synced.store(true, Ordering::Release);
             tracing::info!(copies = self.index.len(), "copies listed from the hub");
-            if let Some(tx) = &self.changes {
-                let _ = tx.send(Change::All);
+            if let Some(changes) = &self.changes {
+                changes.mark(Change::All);
             }
         }
     }
@@ -130,8 +135,8 @@ impl WatchSink<Slice> for CopyWriter {
     fn applied(&mut self, slice: Slice) {
         let namespace = slice.namespace().to_owned();
         CopyIndex::insert(&mut self.index.copies.write(), slice);
-        if let Some(tx) = &self.changes {
-            let _ = tx.send(Change::Namespace(namespace));
+        if let Some(changes) = &self.changes {
+            changes.mark(Change::Namespace(namespace));
         }
     }
 

@@ -5,10 +5,10 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
+use crate::index::dirty::Dirty;
 use kube::ResourceExt;
 use kube::runtime::watcher;
 use parking_lot::RwLock;
-use tokio::sync::mpsc::UnboundedSender;
 
 use super::Change;
 use super::source::follow::SnapshotSink;
@@ -152,11 +152,11 @@ fn upstream_cluster(ns: &NamespaceMeta) -> Option<String> {
 /// appears is sent on `changes`, so its record is written at once.
 pub struct HubWriter {
     view: Arc<HubView>,
-    changes: UnboundedSender<Change>,
+    changes: Dirty<Change>,
 }
 
 impl HubWriter {
-    pub fn new(view: Arc<HubView>, changes: UnboundedSender<Change>) -> Self {
+    pub fn new(view: Arc<HubView>, changes: Dirty<Change>) -> Self {
         HubWriter { view, changes }
     }
 }
@@ -165,12 +165,12 @@ impl SnapshotSink<NamespaceMeta> for HubWriter {
     fn replace(&mut self, list: Vec<NamespaceMeta>, _undecodable: Vec<kube::core::error_boundary::InvalidObject>) {
         *self.view.namespaces.write() = list.iter().map(|ns| (ns.name_any(), upstream_cluster(ns))).collect();
         self.view.namespaces_synced.store(true, Ordering::Release);
-        let _ = self.changes.send(Change::All);
+        self.changes.mark(Change::All);
     }
     fn applied(&mut self, ns: NamespaceMeta) {
         let name = ns.name_any();
         if self.view.namespaces.write().insert(name.clone(), upstream_cluster(&ns)).is_none() {
-            let _ = self.changes.send(Change::Namespace(name));
+            self.changes.mark(Change::Namespace(name));
         }
     }
     fn deleted(&mut self, ns: NamespaceMeta) {
@@ -194,7 +194,7 @@ impl SnapshotSink<EdgeReachability> for HubWriter {
         *self.view.records.write() =
             list.iter().filter(|r| wanted(r)).map(|r| (r.namespace().unwrap_or_default(), HubRecord::of(r))).collect();
         self.view.records_synced.store(true, Ordering::Release);
-        let _ = self.changes.send(Change::All);
+        self.changes.mark(Change::All);
     }
     fn applied(&mut self, record: EdgeReachability) {
         if record.name_any() == self.view.record_name {
@@ -206,7 +206,7 @@ impl SnapshotSink<EdgeReachability> for HubWriter {
             // already) are put right at once: the pruner withdraws what a record stops naming
             // after its grace, well before a resync would come round.
             if previous.is_none_or(|p| p.addresses != seen.addresses || p.kept != seen.kept) {
-                let _ = self.changes.send(Change::Namespace(ns));
+                self.changes.mark(Change::Namespace(ns));
             }
         }
     }
@@ -216,7 +216,7 @@ impl SnapshotSink<EdgeReachability> for HubWriter {
             self.view.records.write().remove(&ns);
             self.view.undecodable.write().remove(&ns);
             // A record deleted by hand is written again at once (and on every resync).
-            let _ = self.changes.send(Change::Namespace(ns));
+            self.changes.mark(Change::Namespace(ns));
         }
     }
     fn undecodable(&mut self, bad: &kube::core::error_boundary::InvalidObject, gone: bool) {
@@ -230,7 +230,7 @@ impl SnapshotSink<EdgeReachability> for HubWriter {
         } else {
             self.view.undecodable.write().insert(ns.clone());
         }
-        let _ = self.changes.send(Change::Namespace(ns));
+        self.changes.mark(Change::Namespace(ns));
     }
     fn failed(&mut self, error: &watcher::Error) {
         self.view.records_synced.store(false, Ordering::Release);

@@ -6,6 +6,7 @@
 
 pub mod clock;
 pub mod copies;
+pub mod dirty;
 pub mod fs_watch;
 pub mod hub;
 pub mod pace;
@@ -16,7 +17,7 @@ pub mod store;
 
 /// What changed in an index, for the loop that acts on it (the pruner's passes, the producer's
 /// recomputes): one namespace, or everything after a (re-)list.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Change {
     /// Something in this namespace changed: a record, a copy, a project object.
     Namespace(String),

@@ -8,10 +8,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use crate::index::dirty::Dirty;
 use kube::core::error_boundary::InvalidObject;
 use kube::runtime::watcher;
 use parking_lot::{Mutex, RwLock};
-use tokio::sync::mpsc::UnboundedSender;
 
 use super::Change;
 use super::source::follow::SnapshotSink;
@@ -247,11 +247,11 @@ fn needed(needs: Needs, slot: usize) -> bool {
 /// Applies one kind's watch to a [`ProjectIndex`], and says which namespace each event touches.
 pub struct KindWriter {
     index: Arc<ProjectIndex>,
-    changes: UnboundedSender<Change>,
+    changes: Dirty<Change>,
 }
 
 impl KindWriter {
-    pub fn new(index: Arc<ProjectIndex>, changes: UnboundedSender<Change>) -> Self {
+    pub fn new(index: Arc<ProjectIndex>, changes: Dirty<Change>) -> Self {
         KindWriter { index, changes }
     }
 
@@ -321,7 +321,7 @@ impl<K: Indexed> SnapshotSink<K> for KindWriter {
         }
         self.index.listed(K::SLOT);
         self.proxies_changed::<K>();
-        let _ = self.changes.send(Change::All);
+        self.changes.mark(Change::All);
     }
 
     fn applied(&mut self, object: K) {
@@ -329,7 +329,7 @@ impl<K: Indexed> SnapshotSink<K> for KindWriter {
         self.set_undecodable(K::SLOT, &ns, &name, false);
         K::map(self.index.namespaces.write().entry(ns.clone()).or_default()).insert(name, object);
         self.proxies_changed::<K>();
-        let _ = self.changes.send(Change::Namespace(ns));
+        self.changes.mark(Change::Namespace(ns));
     }
 
     fn deleted(&mut self, object: K) {
@@ -338,7 +338,7 @@ impl<K: Indexed> SnapshotSink<K> for KindWriter {
             K::map(objects).remove(&name);
         }
         self.set_undecodable(K::SLOT, &ns, &name, false);
-        let _ = self.changes.send(Change::Namespace(ns));
+        self.changes.mark(Change::Namespace(ns));
     }
 
     fn failed(&mut self, error: &watcher::Error) {
@@ -352,7 +352,7 @@ impl<K: Indexed> SnapshotSink<K> for KindWriter {
         if gone && let Some(objects) = self.index.namespaces.write().get_mut(&ns) {
             K::map(objects).remove(&name);
         }
-        let _ = self.changes.send(Change::Namespace(ns));
+        self.changes.mark(Change::Namespace(ns));
     }
 }
 
@@ -360,13 +360,13 @@ impl SnapshotSink<NamespaceMeta> for KindWriter {
     fn replace(&mut self, list: Vec<NamespaceMeta>, _undecodable: Vec<InvalidObject>) {
         *self.index.uids.write() = list.iter().filter_map(name_and_uid).collect();
         self.index.listed(NAMESPACE_SLOT);
-        let _ = self.changes.send(Change::All);
+        self.changes.mark(Change::All);
     }
 
     fn applied(&mut self, object: NamespaceMeta) {
         if let Some((name, uid)) = name_and_uid(&object) {
             self.index.uids.write().insert(name.clone(), uid);
-            let _ = self.changes.send(Change::Namespace(name));
+            self.changes.mark(Change::Namespace(name));
         }
     }
 
@@ -375,7 +375,7 @@ impl SnapshotSink<NamespaceMeta> for KindWriter {
             self.index.uids.write().remove(&name);
             self.index.namespaces.write().remove(&name);
             // Its proxies went with it: what the project's proxies read may have changed.
-            let _ = self.changes.send(Change::Namespace(name));
+            self.changes.mark(Change::Namespace(name));
         }
     }
 
@@ -399,7 +399,7 @@ mod tests {
     #[test]
     fn an_undecodable_object_leaves_only_its_namespace_unanswered() {
         let index = Arc::new(ProjectIndex::default());
-        let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
+        let tx = crate::index::dirty::Dirty::default();
         let mut proxies: Whole<_, HttpProxy> = Whole::new(KindWriter::new(Arc::clone(&index), tx.clone()));
         let mut services: Whole<_, NetworkService> = Whole::new(KindWriter::new(Arc::clone(&index), tx));
         let bad = |ns: &str, name: &str| InvalidObject {
@@ -436,12 +436,12 @@ mod tests {
     #[test]
     fn synced_only_while_every_watch_is_whole() {
         let index = Arc::new(ProjectIndex::default());
-        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        let tx = crate::index::dirty::Dirty::default();
         let mut slices: Whole<_, Slice> = Whole::new(KindWriter::new(Arc::clone(&index), tx.clone()));
         let mut namespaces: Whole<_, NamespaceMeta> = Whole::new(KindWriter::new(Arc::clone(&index), tx.clone()));
         let mut proxies: Whole<_, HttpProxy> = Whole::new(KindWriter::new(Arc::clone(&index), tx.clone()));
         let mut services: Whole<_, NetworkService> = Whole::new(KindWriter::new(Arc::clone(&index), tx.clone()));
-        let mut interfaces: Whole<_, NetworkInterface> = Whole::new(KindWriter::new(Arc::clone(&index), tx));
+        let mut interfaces: Whole<_, NetworkInterface> = Whole::new(KindWriter::new(Arc::clone(&index), tx.clone()));
         slices.relist_started();
         slices.listed(copy("p", "vm-1", &["fd00::1"]));
         slices.relist_done();
@@ -459,7 +459,7 @@ mod tests {
         assert!(index.synced());
         assert!(index.whole_for(std::time::Instant::now()).is_some());
         assert_eq!(index.uid("p").as_deref(), Some("u-1"));
-        assert_eq!(rx.try_recv(), Ok(Change::All));
+        assert!(tx.take().contains(&Change::All));
         slices.applied(copy("p", "vm-2", &["fd00::2"]));
         assert_eq!(index.len(), 2);
         std::thread::sleep(Duration::from_millis(2));
@@ -479,7 +479,7 @@ mod tests {
     #[test]
     fn a_proxy_needing_an_unwatched_kind_makes_the_project_not_whole_at_once() {
         let index = Arc::new(ProjectIndex::default());
-        let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
+        let tx = crate::index::dirty::Dirty::default();
         let mut proxies: Whole<_, HttpProxy> = Whole::new(KindWriter::new(Arc::clone(&index), tx.clone()));
         let mut namespaces: Whole<_, NamespaceMeta> = Whole::new(KindWriter::new(Arc::clone(&index), tx.clone()));
         proxies.relist_started();

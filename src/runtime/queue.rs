@@ -143,10 +143,15 @@ impl<K: Clone + Eq + Hash> State<K> {
     }
 }
 
-impl<K: Clone + Eq + Hash + Send + 'static> WorkQueue<K> {
-    #[allow(clippy::new_without_default)]
-    pub fn new() -> Self {
+impl<K: Clone + Eq + Hash + Send + 'static> Default for WorkQueue<K> {
+    fn default() -> Self {
         WorkQueue { state: Arc::default(), ready: Arc::new(Notify::new()), retries: Arc::default() }
+    }
+}
+
+impl<K: Clone + Eq + Hash + Send + 'static> WorkQueue<K> {
+    pub fn new() -> Self {
+        Self::default()
     }
 
     /// Work `key` as soon as a worker is free (once more after, if it is being worked now).

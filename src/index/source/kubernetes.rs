@@ -47,7 +47,7 @@ pub struct StoreWriter {
     /// `namespace/name` of records ignored for their name.
     ignored: HashSet<String>,
     /// Namespaces whose record changed, for whoever wants to act on a change.
-    changed: Option<tokio::sync::mpsc::UnboundedSender<Change>>,
+    changed: Option<crate::index::dirty::Dirty<Change>>,
     observer: Option<RecordObserver>,
 }
 
@@ -71,8 +71,8 @@ impl StoreWriter {
         self
     }
 
-    /// Also report every change on `changed`.
-    pub fn with_changes(mut self, changed: tokio::sync::mpsc::UnboundedSender<Change>) -> Self {
+    /// Also mark every change on `changed`.
+    pub fn with_changes(mut self, changed: crate::index::dirty::Dirty<Change>) -> Self {
         self.changed = Some(changed);
         self
     }
@@ -82,8 +82,8 @@ impl StoreWriter {
     }
 
     fn notify(&self, change: Change) {
-        if let Some(tx) = &self.changed {
-            let _ = tx.send(change);
+        if let Some(changed) = &self.changed {
+            changed.mark(change);
         }
     }
 
@@ -366,15 +366,14 @@ mod tests {
         let error = watcher::Error::NoResourceVersion;
         for (on_error, synced_after) in [(OnWatchError::KeepServing, true), (OnWatchError::Unsync, false)] {
             let store = Arc::new(RecordStore::new(DEFAULT_RECORD_NAME));
-            let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-            let mut writer = StoreWriter::new(Arc::clone(&store), on_error).with_changes(tx);
+            let changed = crate::index::dirty::Dirty::default();
+            let mut writer = StoreWriter::new(Arc::clone(&store), on_error).with_changes(changed.clone());
             writer.relist_started();
             writer.relist_done();
             writer.applied(parse(record("ns-a", "default", &[])));
             writer.failed(&error);
             assert_eq!(store.synced(), synced_after, "{on_error:?}");
-            assert_eq!(rx.try_recv().ok(), Some(Change::All));
-            assert_eq!(rx.try_recv().ok(), Some(Change::Namespace("ns-a".into())));
+            assert_eq!(changed.take(), vec![Change::Namespace("ns-a".into()), Change::All]);
         }
     }
 }

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use crate::core::hold::Hold;
 use crate::index::Change;
 use crate::index::copies::{CopyIndex, CopyWriter};
+use crate::index::dirty::Dirty;
 use crate::index::pace::Pacer;
 use crate::index::source::follow::follow;
 use crate::index::source::kubernetes::{OnWatchError, RecordObserver, StoreWriter};
@@ -13,14 +14,13 @@ use crate::runtime::admin::Probes;
 use crate::runtime::controller::Controller;
 use crate::runtime::flags::DeletionArgs;
 use crate::runtime::lease::Leadership;
+use crate::runtime::queue::WorkQueue;
 use crate::runtime::supervise::essential;
-use crate::runtime::wakeups::Later;
 use crate::{EdgeReachability, RecordSource, RecordStore, Slice};
 use kube::core::DeserializeGuard;
 use kube::runtime::watcher;
 use kube::{Api, Client};
 use parking_lot::Mutex;
-use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::gate::Gate;
@@ -28,28 +28,26 @@ use super::metrics::Metrics;
 use super::pruner::{Grace, Pruner, named_again};
 
 /// A pruner on `controller`'s hub and Lease, its watches started: what `edgegate-pruner` runs,
-/// and `edgegate-producer --prune` beside its own loop.
+/// and `edgegate-producer --prune` beside its own writes.
 pub struct Parts {
     pub pruner: Pruner,
-    /// What the watches (and the gate) send: the namespaces to pass over.
-    pub changes: mpsc::UnboundedReceiver<crate::index::Change>,
+    /// What the watches mark changed: the namespaces to pass over.
+    pub changes: Dirty<Change>,
 }
 
 impl Parts {
     /// Start the record and copy watches (and the spelling count, with `--exact-spelling`) and
-    /// make the pruner, its gate from `gate` (given the changes channel and the pruner's queue of
-    /// later passes, for passing a namespace over again).
+    /// make the pruner, working `queue` (the producer's own, when it prunes: a namespace's write
+    /// and its pass share one key), deleting only what `gate` allows besides.
     pub fn start(
         controller: &Controller,
         deletion: &DeletionArgs,
         record_name: &str,
         mut metrics: Metrics,
-        gate: impl FnOnce(mpsc::UnboundedSender<Change>, Later<Change>) -> Option<Arc<dyn Gate>>,
+        queue: WorkQueue<String>,
+        gate: Option<Arc<dyn Gate>>,
     ) -> Parts {
-        // Unbounded: the watch handlers send on it and must never wait, and a change dropped
-        // would lose a pass; one message per event, drained into one pass per namespace by each
-        // batch.
-        let (changes_tx, changes) = mpsc::unbounded_channel();
+        let changes = Dirty::default();
         let records = Arc::new(RecordStore::new(record_name.to_owned()));
         let copies = Arc::new(CopyIndex::default());
         let grace: Grace = Arc::new(Mutex::new(Hold::new(deletion.grace)));
@@ -59,7 +57,7 @@ impl Parts {
             &deletion.copy_selector,
             &records,
             &copies,
-            changes_tx.clone(),
+            &changes,
             Some(observer),
             &controller.shutdown,
         );
@@ -72,7 +70,6 @@ impl Parts {
             let count = super::spelling::watch(records, copies, metrics, controller.shutdown.clone());
             essential("spelling count", &controller.shutdown, count);
         }
-        let again = Later::default();
         let pruner = Pruner {
             client: controller.hub.clone(),
             records,
@@ -81,8 +78,8 @@ impl Parts {
             dry_run: deletion.dry_run,
             pacer: Pacer::per_second(deletion.max_deletes_per_second),
             grace,
-            gate: gate(changes_tx, again.clone()),
-            again: Some(again),
+            gate,
+            queue,
             leader: controller.leader.clone(),
             metrics,
             recorder: controller.recorder("edgegate-pruner"),
@@ -103,7 +100,7 @@ impl Parts {
 }
 
 /// One list and a watch each: EdgeReachability everywhere, and copies by the copy selector.
-/// Both indexes go unsynced on a watch error, and every change and re-list is sent on `changes`;
+/// Both indexes go unsynced on a watch error, and every change and re-list is marked on `changes`;
 /// every record delivered is also shown to `observer`. Both are [`essential`]: a watch that died
 /// would leave its index frozen, still synced, and the pruner deleting against it.
 pub fn start_watches(
@@ -111,7 +108,7 @@ pub fn start_watches(
     selector: &crate::CopySelector,
     records: &Arc<RecordStore>,
     copies: &Arc<CopyIndex>,
-    changes: mpsc::UnboundedSender<crate::index::Change>,
+    changes: &Dirty<Change>,
     observer: Option<RecordObserver>,
     shutdown: &CancellationToken,
 ) -> Vec<tokio::task::JoinHandle<()>> {
@@ -120,7 +117,7 @@ pub fn start_watches(
         record_writer = record_writer.with_observer(observer);
     }
     let record_api: Api<DeserializeGuard<EdgeReachability>> = Api::all(client.clone());
-    let mut copy_writer = CopyWriter::new(Arc::clone(copies)).with_changes(changes);
+    let mut copy_writer = CopyWriter::new(Arc::clone(copies)).with_changes(changes.clone());
     let copy_api: Api<DeserializeGuard<Slice>> = Api::all(client.clone());
     let config = watcher::Config::default().labels(selector.as_str());
     vec![

@@ -1,8 +1,9 @@
-//! The controller: on each change of a record or a copy a pass over that namespace, on each
-//! resync a pass over every namespace with a record; each pass plans with the core, holds each
-//! planned deletion until its copy has been unnamed for the grace, and deletes what is due, paced
-//! for the whole process, with preconditions, and only while this replica leads and both caches
-//! are whole.
+//! The controller: each namespace whose record or copies changed is a key of a work queue, and
+//! every namespace with copies is on each resync; a worker's pass over one namespace plans with
+//! the core, holds each planned deletion until its copy has been unnamed for the grace, and
+//! deletes what is due, paced for the whole process, with preconditions, and only while this
+//! replica leads and both caches are whole. A namespace is passed over by one worker at a time;
+//! one whose DELETEs hang holds up no other.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -13,17 +14,18 @@ use crate::core::record::{Record, RecordState};
 use crate::index::Change;
 use crate::index::clock;
 use crate::index::copies::CopyIndex;
+use crate::index::dirty::Dirty;
 use crate::index::pace::Pacer;
 use crate::index::prune::plan;
 use crate::runtime::lease::Leadership;
-use crate::runtime::wakeups::{Later, Wakeup, Wakeups};
+use crate::runtime::queue::{self, WorkQueue};
+use crate::runtime::wakeups::{Wakeup, Wakeups};
 use crate::{CopySelector, EdgeReachability, RecordSource, RecordStore, Slice};
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::api::{DeleteParams, Preconditions};
 use kube::runtime::events::{Event, EventType, Recorder};
 use kube::{Api, Client};
 use parking_lot::Mutex;
-use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::runtime::prune::gate::Gate;
@@ -75,8 +77,9 @@ pub struct Pruner {
     pub pacer: Pacer,
     /// How long a copy must have been unnamed, without a break, before it is deleted (`--grace`).
     pub grace: Grace,
-    /// Where a namespace is asked to be passed over again, once a held copy becomes due.
-    pub again: Option<Later<Change>>,
+    /// The namespaces to pass over, now or at a later instant (a held copy falls due), each by
+    /// one worker at a time; one whose deletions failed comes back after its own backoff.
+    pub queue: WorkQueue<String>,
     /// Evidence a due copy's record is a withdrawal ([`crate::gate`]): the producer's own view
     /// of the copy's project, when it prunes (`edgegate-producer --prune`).
     pub gate: Option<Arc<dyn Gate>>,
@@ -182,10 +185,8 @@ impl Pruner {
         }
         // Each namespace is passed over again when its first held copy falls due; that pass asks
         // again for the next (one queued instant per namespace: the earliest).
-        if let Some(again) = &self.again {
-            for (ns, due_at) in next_due {
-                again.at(Change::Namespace(ns), due_at);
-            }
+        for (ns, due_at) in next_due {
+            self.queue.add_at(ns, due_at);
         }
         let due: std::collections::HashSet<CopyKey> = observed.due.into_iter().collect();
         planned.into_iter().filter(|d| due.contains(&key(d))).collect()
@@ -340,28 +341,56 @@ impl Pruner {
         }
     }
 
-    /// Passes until `shutdown`: one per namespace whose record or copies changed (a burst of
-    /// events, one pass each), one over everything on each resync tick and whenever this replica
-    /// becomes leader. At shutdown the pass at hand starts no more deletions, and those it has
+    /// The namespaces a change asks to pass over: its own, or (everything re-listed) every one
+    /// with copies or with copies held in the grace.
+    pub fn keys(&self, change: Change) -> Vec<String> {
+        match change {
+            Change::Namespace(ns) => vec![ns],
+            Change::All => {
+                let mut all: std::collections::BTreeSet<String> = self.copies.namespaces().into_iter().collect();
+                all.extend(self.grace.lock().namespaces());
+                all.into_iter().collect()
+            }
+        }
+    }
+
+    /// One pass over `namespace`, as the queue's worker: a deletion that failed brings it back
+    /// after its backoff.
+    pub async fn prune(&self, namespace: String) -> queue::Outcome {
+        let outcomes = self.pass(&Scope::Namespace(namespace)).await;
+        if outcomes.contains(&Outcome::Error) { queue::Outcome::Retry } else { queue::Outcome::Done }
+    }
+
+    /// Queue the keys each wakeup asks for: each marked change's, every namespace's on each
+    /// resync tick and whenever this replica becomes leader. Until `shutdown`.
+    pub async fn feed(&self, changes: Dirty<Change>, resync: Duration, shutdown: &CancellationToken) {
+        let mut wakeups = Wakeups::new(changes, resync, self.leader.changes());
+        while let Some(wakeup) = wakeups.next(shutdown).await {
+            let changes = match wakeup {
+                Wakeup::Changes(changes) => changes,
+                Wakeup::Everything => vec![Change::All],
+            };
+            for key in changes.into_iter().flat_map(|c| self.keys(c)) {
+                self.queue.add(key);
+            }
+        }
+    }
+
+    /// Until `shutdown`: the namespaces the changes and ticks ask for, passed over by `workers`
+    /// workers, a namespace by one at a time. At shutdown no deletion starts any more, and those
     /// sent may finish for up to [`DRAIN`] while this replica still holds the Lease; only then is
     /// it released.
-    pub async fn run(self, changes: mpsc::UnboundedReceiver<Change>, resync: Duration, shutdown: CancellationToken) {
-        let mut wakeups = Wakeups::new(changes, resync, self.leader.changes()).with_later(self.again.clone());
-        while let Some(wakeup) = wakeups.next(&shutdown).await {
-            let mut batch = vec![wakeup];
-            batch.extend(std::iter::from_fn(|| wakeups.try_next_change().map(Wakeup::Change)));
-            for scope in scopes(batch) {
-                let pass = self.pass(&scope);
-                tokio::pin!(pass);
-                tokio::select! {
-                    _ = &mut pass => {}
-                    () = shutdown.cancelled() => {
-                        self.pacer.close();
-                        let _ = tokio::time::timeout(DRAIN, pass).await;
-                        return;
-                    }
-                }
-            }
+    pub async fn run(self, changes: Dirty<Change>, resync: Duration, workers: u16, shutdown: CancellationToken) {
+        let this = &self;
+        let work = queue::work(self.queue.clone(), usize::from(workers), shutdown.clone(), move |ns| this.prune(ns));
+        let stopped = async {
+            shutdown.cancelled().await;
+            self.pacer.close();
+            tokio::time::sleep(DRAIN).await;
+        };
+        tokio::select! {
+            _ = async { tokio::join!(self.feed(changes, resync, &shutdown), work) } => {}
+            () = stopped => {}
         }
     }
 }
@@ -369,17 +398,3 @@ impl Pruner {
 /// How long the pass at hand may go on after SIGTERM: the DELETEs it has sent complete before the
 /// Lease is handed over.
 pub const DRAIN: Duration = Duration::from_secs(2);
-
-/// The passes a batch of wakeups asks for, each once: everything, or each namespace.
-fn scopes(batch: Vec<Wakeup<Change>>) -> Vec<Scope> {
-    let mut namespaces = std::collections::BTreeSet::new();
-    for wakeup in batch {
-        match wakeup {
-            Wakeup::Change(Change::Namespace(ns)) => {
-                namespaces.insert(ns);
-            }
-            Wakeup::Change(Change::All) | Wakeup::Everything => return vec![Scope::All],
-        }
-    }
-    namespaces.into_iter().map(Scope::Namespace).collect()
-}
