@@ -363,7 +363,8 @@ async fn what_served_while_nothing_could_be_written_is_named_by_the_first_write_
 #[tokio::test]
 async fn a_project_that_cannot_be_read_holds_only_its_own_copies() {
     use edgegate::core::plan::Deletion;
-    use edgegate_producer::evidence::{Evidence, Held};
+    use edgegate::core::verdict::Doubt;
+    use edgegate_producer::evidence::Evidence;
     let labelled = |name: &str, project: &str| {
         json!({"metadata": {"name": name, "resourceVersion": "1",
                             "labels": {"meta.datumapis.com/upstream-cluster-name": project}}})
@@ -401,24 +402,24 @@ async fn a_project_that_cannot_be_read_holds_only_its_own_copies() {
     };
     let now = edgegate::index::clock::now();
     assert_eq!(evidence.judge(&copy("ns-u1", "fd20::9"), now), None, "acme is whole and serves none of it");
-    assert_eq!(evidence.judge(&copy("ns-u2", "fd20::9"), now), Some(Held::Incomplete), "dark cannot be read");
-    assert_eq!(evidence.judge(&copy("ns-u3", "fd20::9"), now), Some(Held::Unwatched), "nobody's");
+    assert_eq!(evidence.judge(&copy("ns-u2", "fd20::9"), now), Some(Doubt::Incomplete), "dark cannot be read");
+    assert_eq!(evidence.judge(&copy("ns-u3", "fd20::9"), now), Some(Doubt::Unwatched), "nobody's");
     // Served now (spelled another way): the record is about to name it again.
-    assert_eq!(evidence.judge(&copy("ns-u1", "fd20:0::1"), now), Some(Held::Served));
+    assert_eq!(evidence.judge(&copy("ns-u1", "fd20:0::1"), now), Some(Doubt::Served));
     // Acme's last write failed: its record may lack what serves.
     h.producer.failing.lock().insert("ns-u1".into(), 1);
-    assert_eq!(evidence.judge(&copy("ns-u1", "fd20::9"), now), Some(Held::Unwritten));
+    assert_eq!(evidence.judge(&copy("ns-u1", "fd20::9"), now), Some(Doubt::Unwritten));
     h.producer.failing.lock().clear();
     // An address in one of acme's answers until a moment ago, whatever its record said (it never
     // named it: a hand edit, a replica not leading): kept until withdraw-after + grace (here 5 s)
     // after it was last served. The 30-minute soak on 6e75812 deleted such copies 3.6 s after.
     h.producer.served.lock().observe("ns-u1", &["fd20::7".to_owned()], now);
     h.producer.served.lock().observe("ns-u1", &[], now + Duration::from_millis(100));
-    assert_eq!(evidence.judge(&copy("ns-u1", "fd20::7"), now + Duration::from_secs(4)), Some(Held::Served));
+    assert_eq!(evidence.judge(&copy("ns-u1", "fd20::7"), now + Duration::from_secs(4)), Some(Doubt::Served));
     assert_eq!(evidence.judge(&copy("ns-u1", "fd20::7"), now + Duration::from_secs(6)), None);
     // Whole, but not for long enough to have seen all that served in the grace.
     let long = evidence_for(Duration::from_secs(3600));
-    assert_eq!(long.judge(&copy("ns-u1", "fd20::9"), now), Some(Held::Incomplete));
+    assert_eq!(long.judge(&copy("ns-u1", "fd20::9"), now), Some(Doubt::Incomplete));
 }
 
 /// The live read before a DELETE (`Gate::confirm`), on a project whose reads the test answers by
@@ -428,8 +429,9 @@ async fn a_project_that_cannot_be_read_holds_only_its_own_copies() {
 #[tokio::test]
 async fn a_live_read_bounds_what_a_pass_waits() {
     use edgegate::core::plan::Deletion;
+    use edgegate::core::verdict::Doubt;
     use edgegate::runtime::prune::gate::Gate;
-    use edgegate_producer::evidence::{Evidence, Held};
+    use edgegate_producer::evidence::Evidence;
     use std::time::Instant;
     let hub_namespaces = vec![json!({"metadata": {"name": "ns-u1", "resourceVersion": "1",
         "labels": {"meta.datumapis.com/upstream-cluster-name": "cluster-acme"}}})];
@@ -469,7 +471,7 @@ async fn a_live_read_bounds_what_a_pass_waits() {
     // Unanswered for 5 s: failed; acme's copies are kept without asking again.
     tokio::time::sleep(Duration::from_millis(5_300)).await;
     drop(unanswered);
-    assert_eq!(evidence.judge(&copy, edgegate::index::clock::now()), Some(Held::Incomplete));
+    assert_eq!(evidence.judge(&copy, edgegate::index::clock::now()), Some(Doubt::Incomplete));
     // Asked anyway (the pruner does not, while judged so): a new read, not waited for.
     let asked = Instant::now();
     assert!(!evidence.confirm(&copy).await);

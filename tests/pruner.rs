@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use edgegate::core::hold::Hold;
 use edgegate::core::plan::Scope;
+use edgegate::core::verdict::Doubt;
 use edgegate::index::copies::CopyIndex;
 use edgegate::index::dirty::Dirty;
 use edgegate::index::pace::Pacer;
@@ -537,14 +538,15 @@ struct OnceHeld {
 }
 
 impl edgegate::runtime::prune::gate::Gate for OnceHeld {
-    fn allows(&self, _: &edgegate::core::plan::Deletion, _: std::time::Instant, _: std::time::Instant) -> bool {
-        self.asked.fetch_add(1, std::sync::atomic::Ordering::Relaxed) > 0
+    fn doubt(&self, _: &edgegate::core::plan::Deletion, _: std::time::Instant, _: std::time::Instant) -> Option<Doubt> {
+        let first = self.asked.fetch_add(1, std::sync::atomic::Ordering::Relaxed) == 0;
+        first.then_some(Doubt::Incomplete)
     }
     fn wait(&self, namespace: &str) -> bool {
         let _ = self.again.send(namespace.to_owned());
         true
     }
-    fn held_for(&self) -> Duration {
+    fn waited_for(&self) -> Duration {
         Duration::ZERO
     }
 }

@@ -35,6 +35,7 @@ use std::time::{Duration, Instant};
 use edgegate::core::plan::Deletion;
 use edgegate::core::record::Record;
 use edgegate::core::unwritten::Unwritten;
+use edgegate::core::verdict::{self, Doubt, Owner, Watched};
 use edgegate::index::clock;
 use edgegate::index::hub::HubView;
 use edgegate::index::project::ProjectIndex;
@@ -81,53 +82,29 @@ struct Liveness {
 /// A namespace not asked about for this long waits no more (its copies went, or were named).
 const FORGOTTEN: Duration = Duration::from_secs(75);
 
-/// Why a due copy is kept.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Held {
-    /// No engaged project owns its hub namespace: nobody watches what it serves.
-    Unwatched,
-    /// Its project (or the hub) has not been whole for long enough, or the namespace holds an
-    /// object that cannot be decoded.
-    Incomplete,
-    /// Its record's last write failed, or its answer was too large to write.
-    Unwritten,
-    /// The project serves one of its addresses now: the record is about to name it again.
-    Served,
-    /// Sharing: its project's bucket is another replica's (that one judges it).
-    Elsewhere,
-}
-
-impl Held {
-    pub const ALL: [Held; 5] = [Held::Unwatched, Held::Incomplete, Held::Unwritten, Held::Served, Held::Elsewhere];
-
-    pub fn label(self) -> &'static str {
-        match self {
-            Held::Unwatched => "unwatched",
-            Held::Incomplete => "incomplete",
-            Held::Unwritten => "unwritten",
-            Held::Served => "served",
-            Held::Elsewhere => "elsewhere",
-        }
-    }
-}
-
 struct Waiting {
     since: Instant,
     last: Instant,
-    why: Held,
+    why: Doubt,
     /// Not yet said in the log.
     fresh: bool,
 }
 
 /// `namespace`'s copies wait: `why` (`detail`, said in the log when the reason changes), since
 /// when it began (or now).
-fn hold(waiting: &Mutex<HashMap<String, Waiting>>, namespace: &str, why: Held, detail: &str, now: Instant) {
+fn wait_for_evidence(
+    waiting: &Mutex<HashMap<String, Waiting>>,
+    namespace: &str,
+    why: Doubt,
+    detail: &str,
+    now: Instant,
+) {
     let mut waiting = waiting.lock();
     let before = waiting.get(namespace).map(|w| (w.since, w.why));
     let fresh = before.is_none_or(|(_, was)| was != why);
-    if fresh && why == Held::Unwatched {
+    if fresh && why == Doubt::Unwatched {
         tracing::warn!(hub_namespace = %namespace, "no engaged project owns this hub namespace; its copies are kept");
-    } else if fresh && why == Held::Elsewhere {
+    } else if fresh && why == Doubt::Elsewhere {
         tracing::debug!(hub_namespace = %namespace, "another replica's project; its copies are that one's to judge");
     } else if fresh {
         tracing::info!(hub_namespace = %namespace, reason = why.label(), detail, "due copies kept meanwhile");
@@ -225,52 +202,45 @@ impl Evidence {
     }
 
     /// Why the copy must be kept now, if it must.
-    pub fn judge(&self, deletion: &Deletion, now: Instant) -> Option<Held> {
+    pub fn judge(&self, deletion: &Deletion, now: Instant) -> Option<Doubt> {
         self.judge_why(deletion, now).map(|(held, _)| held)
     }
 
-    /// [`judge`](Self::judge), and in a few words why (for the log).
-    fn judge_why(&self, deletion: &Deletion, now: Instant) -> Option<(Held, &'static str)> {
+    /// [`judge`](Self::judge), and in a few words why (for the log): the facts gathered here,
+    /// the verdict the core's.
+    fn judge_why(&self, deletion: &Deletion, now: Instant) -> Option<(Doubt, &'static str)> {
+        verdict::doubt(&self.facts(deletion, now))
+    }
+
+    /// What this replica knows of the project that owns the copy's hub namespace.
+    fn facts(&self, deletion: &Deletion, now: Instant) -> Owner {
         let hub_ns = deletion.namespace.as_str();
         let Some((project, index, namespace)) = self.owner(hub_ns) else {
             // Its labelled project, engaged but not listed whole, may just not know it yet.
             let listing = labelled_project(&self.view, &self.projects, hub_ns)
                 .and_then(|name| self.projects.read().get(&name).map(|index| !index.synced()))
                 .unwrap_or(false);
-            return Some(if listing {
-                (Held::Incomplete, "its project is listing")
+            return if listing {
+                Owner::Listing
             } else if self.elsewhere(hub_ns) {
-                (Held::Elsewhere, "another replica holds its project's bucket")
+                Owner::Elsewhere
             } else {
-                (Held::Unwatched, "no engaged project owns it")
-            });
+                Owner::Unwatched
+            };
         };
-        if !self.holds(&project) {
-            return Some((Held::Elsewhere, "another replica holds its project's bucket"));
-        }
-        if !self.view.synced() {
-            return Some((Held::Incomplete, "the hub's view is not synced"));
-        }
-        if index.whole_for(now).is_none_or(|f| f < self.whole_for) {
-            return Some((Held::Incomplete, "its project not whole for --withdraw-after + --grace"));
-        }
-        if self.unanswered(&project, now) {
-            return Some((Held::Incomplete, "its project did not answer a live read"));
-        }
-        if index.undecodable_in(&namespace) {
-            return Some((Held::Incomplete, "an object there cannot be decoded"));
-        }
-        if self.memory.failing.lock().contains_key(hub_ns) {
-            return Some((Held::Unwritten, "its record's last write failed"));
-        }
         let mut serving = self.memory.unwritten.lock().recent(hub_ns, now);
         serving.extend(self.memory.served.lock().recent(hub_ns, now));
         serving.extend(index.reachable(&namespace).addresses);
         let serving = Record::from_entries(serving.iter().map(String::as_str));
-        if deletion.addresses.iter().any(|a| serving.names(a)) {
-            return Some((Held::Served, "an address of its is served, or was lately"));
-        }
-        None
+        Owner::Watched(Watched {
+            ours: self.holds(&project),
+            hub_synced: self.view.synced(),
+            whole_long_enough: index.whole_for(now).is_some_and(|f| f >= self.whole_for),
+            answering: !self.unanswered(&project, now),
+            decodable: !index.undecodable_in(&namespace),
+            unwritten: self.memory.failing.lock().contains_key(hub_ns),
+            served: deletion.addresses.iter().any(|a| serving.names(a)),
+        })
     }
 
     /// The project that owns `hub_ns` (its name and index) and its namespace there. `None` when
@@ -304,7 +274,7 @@ impl Evidence {
     }
 
     /// Hub namespaces whose deletions wait now, by why.
-    pub fn held(&self) -> HashMap<Held, usize> {
+    pub fn doubts(&self) -> HashMap<Doubt, usize> {
         let now = clock::now();
         let mut counts = HashMap::new();
         for waiting in self.waiting.lock().values().filter(|w| now.saturating_duration_since(w.last) < FORGOTTEN) {
@@ -315,16 +285,16 @@ impl Evidence {
 }
 
 impl Gate for Evidence {
-    fn allows(&self, deletion: &Deletion, _due: Instant, now: Instant) -> bool {
+    fn doubt(&self, deletion: &Deletion, _due: Instant, now: Instant) -> Option<Doubt> {
         self.forget(now);
         match self.judge_why(deletion, now) {
             None => {
                 self.waiting.lock().remove(&deletion.namespace);
-                true
+                None
             }
             Some((why, detail)) => {
-                hold(&self.waiting, &deletion.namespace, why, detail, now);
-                false
+                wait_for_evidence(&self.waiting, &deletion.namespace, why, detail, now);
+                Some(why)
             }
         }
     }
@@ -333,7 +303,7 @@ impl Gate for Evidence {
         let now = clock::now();
         let mut waiting = self.waiting.lock();
         let entry = waiting.get_mut(namespace);
-        let unwatched = entry.as_ref().is_some_and(|w| matches!(w.why, Held::Unwatched | Held::Elsewhere));
+        let unwatched = entry.as_ref().is_some_and(|w| matches!(w.why, Doubt::Unwatched | Doubt::Elsewhere));
         let first = entry.is_some_and(|w| std::mem::take(&mut w.fresh));
         drop(waiting);
         let recheck = if unwatched { RECHECK_UNWATCHED } else { RECHECK };
@@ -341,7 +311,7 @@ impl Gate for Evidence {
         first
     }
 
-    fn held_for(&self) -> Duration {
+    fn waited_for(&self) -> Duration {
         let now = clock::now();
         self.forget(now);
         let waiting = self.waiting.lock();
@@ -359,7 +329,7 @@ impl Gate for Evidence {
         let owner = self.owner(&deletion.namespace).map(|(name, _, _)| name);
         let client = owner.as_ref().and_then(|name| self.clients.read().get(name).cloned());
         let (Some(project), Some(client)) = (owner, client) else {
-            hold(&self.waiting, &deletion.namespace, Held::Incomplete, "its project is not engaged", now);
+            wait_for_evidence(&self.waiting, &deletion.namespace, Doubt::Incomplete, "its project is not engaged", now);
             return Box::pin(std::future::ready(false));
         };
         let look = {
@@ -382,7 +352,7 @@ impl Gate for Evidence {
         // again in RECHECK.
         let awaited = "a live read of its project is awaited";
         let Some(look) = look else {
-            hold(&self.waiting, &deletion.namespace, Held::Incomplete, awaited, now);
+            wait_for_evidence(&self.waiting, &deletion.namespace, Doubt::Incomplete, awaited, now);
             return Box::pin(std::future::ready(false));
         };
         let (waiting, namespace) = (Arc::clone(&self.waiting), deletion.namespace.clone());
@@ -390,7 +360,7 @@ impl Gate for Evidence {
         Box::pin(async move {
             let answered = matches!(tokio::time::timeout(CONFIRM_WAIT, look).await, Ok(Ok(true)));
             if !answered {
-                hold(&waiting, &namespace, Held::Incomplete, awaited, clock::now());
+                wait_for_evidence(&waiting, &namespace, Doubt::Incomplete, awaited, clock::now());
             }
             // Sharing: the bucket may have moved while the read ran.
             answered && owner.is_none_or(|o| o.holds(&project))
@@ -464,11 +434,11 @@ mod tests {
         let evidence = evidence();
         let start = clock::now();
         for n in 0..100 {
-            assert!(!evidence.allows(&copy(format!("ns-{n}")), start, start), "nobody's: held");
+            assert!(evidence.doubt(&copy(format!("ns-{n}")), start, start).is_some(), "nobody's: kept");
         }
         assert_eq!(evidence.waiting.lock().len(), 100);
         let later = start + FORGOTTEN + Duration::from_secs(1);
-        assert!(!evidence.allows(&copy("ns-new".into()), later, later));
+        assert!(evidence.doubt(&copy("ns-new".into()), later, later).is_some());
         assert_eq!(evidence.waiting.lock().len(), 1, "only the namespace just held");
     }
 }

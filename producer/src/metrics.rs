@@ -31,7 +31,7 @@ pub struct Metrics {
     recompute: Histogram,
     leader: Gauge,
     /// With --prune: hub namespaces whose due deletions wait, by why.
-    held: Family<HeldLabels, Gauge>,
+    doubts: Family<DoubtLabels, Gauge>,
     mismatched: Gauge,
     /// Sharing (`--shard`): buckets held here, and the longest any has had nobody who may write.
     shards: Option<(Gauge, Gauge)>,
@@ -40,9 +40,9 @@ pub struct Metrics {
     retries_seen: parking_lot::Mutex<u64>,
 }
 
-/// `{reason}` of [`crate::evidence::Held`].
+/// `{reason}` of [`edgegate::core::verdict::Doubt`].
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct HeldLabels {
+pub struct DoubtLabels {
     pub reason: &'static str,
 }
 
@@ -76,7 +76,7 @@ impl Metrics {
             recompute.clone(),
         );
         let leader = registered(&mut registry, "leader", "1 while this replica holds the Lease and may write");
-        let held = registered(
+        let doubts = registered(
             &mut registry,
             "producer_prune_held_namespaces",
             "With --prune: hub namespaces whose due copies are kept, by reason: unwatched (no engaged project owns the namespace), incomplete (its project not whole for --withdraw-after + --grace), unwritten (its record's last write failed), served (an address is served again), elsewhere (sharing: another replica's project)",
@@ -114,7 +114,7 @@ impl Metrics {
             addresses,
             recompute,
             leader,
-            held,
+            doubts,
             mismatched,
             shards: None,
             queue: (depth, oldest, retries),
@@ -197,10 +197,12 @@ impl Metrics {
     }
 
     /// Hub namespaces whose due copies are kept, by why (every reason, 0 when none).
-    pub fn set_held(&self, held: &std::collections::HashMap<crate::evidence::Held, usize>) {
-        for why in crate::evidence::Held::ALL {
-            let count = held.get(&why).copied().unwrap_or_default();
-            self.held.get_or_create(&HeldLabels { reason: why.label() }).set(i64::try_from(count).unwrap_or(i64::MAX));
+    pub fn set_doubts(&self, doubts: &std::collections::HashMap<edgegate::core::verdict::Doubt, usize>) {
+        for why in edgegate::core::verdict::Doubt::ALL {
+            let count = doubts.get(&why).copied().unwrap_or_default();
+            self.doubts
+                .get_or_create(&DoubtLabels { reason: why.label() })
+                .set(i64::try_from(count).unwrap_or(i64::MAX));
         }
     }
 

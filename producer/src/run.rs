@@ -628,7 +628,7 @@ impl Probes for Admin {
         }
         self.metrics.set_queue(self.queue.depth(), self.queue.oldest(), self.queue.retries());
         if let Some(evidence) = &self.evidence {
-            self.metrics.set_held(&evidence.held());
+            self.metrics.set_doubts(&evidence.doubts());
         }
         match &self.pruner {
             Some(pruner) => {

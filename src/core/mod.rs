@@ -50,3 +50,4 @@ pub mod shard;
 pub mod slice;
 pub mod trim;
 pub mod unwritten;
+pub mod verdict;

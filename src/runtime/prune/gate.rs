@@ -10,20 +10,22 @@
 use std::time::{Duration, Instant};
 
 use crate::core::plan::Deletion;
+use crate::core::verdict::Doubt;
 
 /// Evidence that a due deletion's record is a withdrawal, asked right before each DELETE.
 pub trait Gate: Send + Sync {
-    /// May `deletion`, due (unnamed for the whole grace) since `due`, be carried out at `now`?
-    fn allows(&self, deletion: &Deletion, due: Instant, now: Instant) -> bool;
+    /// Why `deletion`, due (unnamed for the whole grace) since `due`, may not be carried out at
+    /// `now`, if it may not.
+    fn doubt(&self, deletion: &Deletion, due: Instant, now: Instant) -> Option<Doubt>;
 
     /// It may not: the gate passes `namespace` over again when it might (until then the copy
     /// stays). True when the namespace was not waiting already.
     fn wait(&self, namespace: &str) -> bool;
 
     /// How long deletions have waited for evidence; zero when none waits.
-    fn held_for(&self) -> Duration;
+    fn waited_for(&self) -> Duration;
 
-    /// Before the last judgement and the DELETE, after [`allows`](Gate::allows): is the evidence
+    /// Before the last judgement and the DELETE, after [`doubt`](Gate::doubt): is the evidence
     /// still live (its source answering)? What is known from memory can be stale without knowing
     /// it. It must not wait long: the pruner's passes wait for it.
     fn confirm(&self, _deletion: &Deletion) -> futures::future::BoxFuture<'static, bool> {

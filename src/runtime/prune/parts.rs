@@ -147,7 +147,7 @@ impl Admin {
     pub fn refresh(&self) {
         let synced = self.records.synced() && self.copies.synced();
         self.metrics.set_state(self.leader.is_leader(), synced, self.copies.len());
-        self.metrics.set_waiting_for_producer(self.gate.as_ref().map(|g| g.held_for()).unwrap_or_default());
+        self.metrics.set_waiting_for_producer(self.gate.as_ref().map(|g| g.waited_for()).unwrap_or_default());
     }
 }
 

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use crate::core::hold::Hold;
 use crate::core::plan::{Deletion, Scope, deletion};
 use crate::core::record::{Record, RecordState};
+use crate::core::verdict::{Facts, Keep, Verdict, verdict};
 use crate::index::Change;
 use crate::index::clock;
 use crate::index::copies::CopyIndex;
@@ -194,38 +195,40 @@ impl Pruner {
 
     /// The planned deletion as it stands now, if it still stands: the lease, the caches and the
     /// record may all have changed since the pass was planned, and only the copy as it is now,
-    /// under the record as it is now, may be deleted.
+    /// under the record as it is now, may be deleted. The facts are gathered here; the verdict
+    /// is the core's.
     fn judge_again(&self, planned: &Deletion) -> Option<Deletion> {
-        if !self.may_delete() {
-            return None;
-        }
+        let (ns, name) = (&planned.namespace, &planned.name);
         // The record may have named the copy again, and dropped it again, while this deletion
         // waited its turn: the watch then ended its run.
-        let key = (planned.namespace.clone(), planned.name.clone(), planned.uid.clone());
-        let due_at = {
+        let key = (ns.clone(), name.clone(), planned.uid.clone());
+        let (due, due_at) = {
             let grace = self.grace.lock();
-            if !grace.is_due(&key, clock::now()) {
-                tracing::info!(namespace = %planned.namespace, name = %planned.name, "record named the copy again meanwhile; kept");
-                return None;
-            }
-            grace.due_at(&key)
+            (grace.is_due(&key, clock::now()), grace.due_at(&key))
         };
-        let current = self.copies.get(&planned.namespace, &planned.name)?;
-        let Some(now) = deletion(&self.records.lookup(&planned.namespace), &current, &self.selector) else {
-            tracing::info!(namespace = %planned.namespace, name = %planned.name, "copy is served again; kept");
-            return None;
-        };
+        let current = self.copies.get(ns, name);
+        let now = current.as_ref().and_then(|c| deletion(&self.records.lookup(ns), c, &self.selector));
+        let facts = Facts { may_delete: self.may_delete(), due, present: current.is_some(), unnamed: now.is_some() };
         // The evidence judges the copy as it is now (its addresses may have changed since it was
         // planned), the one the DELETE's preconditions name.
-        if let Some(gate) = &self.gate
-            && !due_at.is_some_and(|due| gate.allows(&now, due, clock::now()))
-        {
-            if gate.wait(&planned.namespace) {
-                tracing::info!(namespace = %planned.namespace, name = %planned.name, "due; waiting for evidence that its record is current");
+        let doubt = || {
+            let (gate, now, due_at) = (self.gate.as_ref()?, now.as_ref()?, due_at?);
+            gate.doubt(now, due_at, clock::now())
+        };
+        match verdict(&facts, doubt) {
+            Verdict::Delete => return now,
+            Verdict::Keep(Keep::NotDue) => {
+                tracing::info!(namespace = %ns, name = %name, "record named the copy again meanwhile; kept");
             }
-            return None;
+            Verdict::Keep(Keep::Named) => tracing::info!(namespace = %ns, name = %name, "copy is served again; kept"),
+            Verdict::Keep(Keep::Doubt(_)) => {
+                if self.gate.as_ref().is_some_and(|gate| gate.wait(ns)) {
+                    tracing::info!(namespace = %ns, name = %name, "due; waiting for evidence that its record is current");
+                }
+            }
+            Verdict::Keep(Keep::NotNow | Keep::Gone) => {}
         }
-        Some(now)
+        None
     }
 
     /// Judge the copy again as it is now, wait for its turn, judge once more, then delete it
