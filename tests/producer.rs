@@ -15,9 +15,11 @@ use edgegate::index::hub::HubView;
 use edgegate::runtime::lease::Leadership;
 use edgegate::runtime::queue::WorkQueue;
 use edgegate::runtime::rbac::{PRODUCER_HUB, PRODUCER_PROJECT};
+use edgegate_producer::engaged::Engaged;
 use edgegate_producer::metrics::Metrics;
-use edgegate_producer::producer::{Producer, Trigger, Written};
-use edgegate_producer::run::{Engaged, start_hub_watches};
+use edgegate_producer::outcome::Written;
+use edgegate_producer::producer::{Producer, Trigger};
+use edgegate_producer::watches::start_hub_watches;
 use kube::Client;
 use kube::runtime::events::{Recorder, Reporter};
 use parking_lot::Mutex;
@@ -132,9 +134,7 @@ fn start_with(project_lists: Vec<(&'static str, Option<Vec<Value>>)>, hub: (Clie
         projects: Arc::clone(&engaged.projects),
         force_ownership: false,
         withdrawals: Mutex::new(Hold::new(Duration::ZERO)),
-        unwritten: Arc::new(Mutex::new(edgegate::core::unwritten::Unwritten::new(Duration::ZERO))),
-        served: Arc::new(Mutex::new(edgegate::core::unwritten::Unwritten::new(Duration::from_secs(5)))),
-        failing: Arc::default(),
+        memory: edgegate_producer::memory::Memory::new(Duration::ZERO, Duration::from_secs(5)),
         queue: edgegate::runtime::queue::WorkQueue::new(),
         leader,
         owner: None,
@@ -167,12 +167,8 @@ fn watching(log: &Log, path: &str) -> bool {
 }
 
 /// What the producer of `h` remembers, as its in-process pruner's evidence reads it.
-fn memory(h: &Harness) -> edgegate_producer::evidence::Memory {
-    edgegate_producer::evidence::Memory {
-        unwritten: Arc::clone(&h.producer.unwritten),
-        served: Arc::clone(&h.producer.served),
-        failing: Arc::clone(&h.producer.failing),
-    }
+fn memory(h: &Harness) -> edgegate_producer::memory::Memory {
+    h.producer.memory.clone()
 }
 
 fn project_synced(h: &Harness) -> bool {
@@ -296,7 +292,10 @@ async fn a_write_is_based_on_the_record_it_read_and_a_stale_one_is_not_forced() 
     let patches: Vec<&Seen> = log.iter().filter(|s| s.method == "PATCH").collect();
     assert_eq!(patches.len(), 1, "one write, not retried by force: {patches:?}");
     assert!(!patches[0].uri.contains("force=true"));
-    assert!(h.producer.failing.lock().is_empty(), "not a failed write: the watch brings the namespace round again");
+    assert!(
+        h.producer.memory.failing.lock().is_empty(),
+        "not a failed write: the watch brings the namespace round again"
+    );
 }
 
 #[tokio::test]
@@ -328,7 +327,7 @@ async fn what_served_while_nothing_could_be_written_is_named_by_the_first_write_
     let (leader, grant) = edgegate::runtime::lease::Grant::new();
     h.producer.leader = leader;
     h.producer.withdrawals = Mutex::new(Hold::new(withdraw_after));
-    h.producer.unwritten = Arc::new(Mutex::new(edgegate::core::unwritten::Unwritten::new(withdraw_after)));
+    h.producer.memory.unwritten = Arc::new(Mutex::new(edgegate::core::unwritten::Unwritten::new(withdraw_after)));
     until("the project and the hub listed", || project_synced(&h) && h.producer.view.synced()).await;
     // Not leading: both interfaces serve, and nothing is written.
     assert_eq!(h.producer.pass(&[Trigger::Hub(Change::All)]).await, [Written::Skipped]);
@@ -407,14 +406,14 @@ async fn a_project_that_cannot_be_read_holds_only_its_own_copies() {
     // Served now (spelled another way): the record is about to name it again.
     assert_eq!(evidence.judge(&copy("ns-u1", "fd20:0::1"), now), Some(Doubt::Served));
     // Acme's last write failed: its record may lack what serves.
-    h.producer.failing.lock().insert("ns-u1".into(), 1);
+    h.producer.memory.failing.lock().insert("ns-u1".into(), 1);
     assert_eq!(evidence.judge(&copy("ns-u1", "fd20::9"), now), Some(Doubt::Unwritten));
-    h.producer.failing.lock().clear();
+    h.producer.memory.failing.lock().clear();
     // An address in one of acme's answers until a moment ago, whatever its record said (it never
     // named it: a hand edit, a replica not leading): kept until withdraw-after + grace (here 5 s)
     // after it was last served. The 30-minute soak on 6e75812 deleted such copies 3.6 s after.
-    h.producer.served.lock().observe("ns-u1", &["fd20::7".to_owned()], now);
-    h.producer.served.lock().observe("ns-u1", &[], now + Duration::from_millis(100));
+    h.producer.memory.served.lock().observe("ns-u1", &["fd20::7".to_owned()], now);
+    h.producer.memory.served.lock().observe("ns-u1", &[], now + Duration::from_millis(100));
     assert_eq!(evidence.judge(&copy("ns-u1", "fd20::7"), now + Duration::from_secs(4)), Some(Doubt::Served));
     assert_eq!(evidence.judge(&copy("ns-u1", "fd20::7"), now + Duration::from_secs(6)), None);
     // Whole, but not for long enough to have seen all that served in the grace.
@@ -615,7 +614,7 @@ async fn a_write_answered_after_a_newer_record_was_watched_does_not_pin_the_olde
 /// message); `each_refusal_is_acted_on_as_its_status_says` is the behaviour that failed there.
 #[test]
 fn a_refusal_is_told_by_its_status_not_its_message() {
-    use edgegate_producer::producer::Refusal;
+    use edgegate_producer::outcome::Refusal;
     let read = |body: &str| -> kube::core::Status { serde_json::from_str(body).expect("a Status") };
     let reworded = |mut status: kube::core::Status, message: &str| {
         status.message = message.to_owned();

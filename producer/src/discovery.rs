@@ -12,7 +12,7 @@ use kube::ResourceExt;
 use kube::core::error_boundary::InvalidObject;
 use kube::runtime::watcher;
 
-use crate::run::Engaged;
+use crate::engaged::Engaged;
 
 /// Follow Milo's projects into `engaged` for as long as the process runs.
 pub async fn follow_milo(clients: PathClients, engaged: Engaged) -> anyhow::Result<()> {

@@ -34,7 +34,6 @@ use std::time::{Duration, Instant};
 
 use edgegate::core::plan::Deletion;
 use edgegate::core::record::Record;
-use edgegate::core::unwritten::Unwritten;
 use edgegate::core::verdict::{self, Doubt, Owner, Watched};
 use edgegate::index::clock;
 use edgegate::index::hub::HubView;
@@ -44,7 +43,8 @@ use edgegate::runtime::queue::WorkQueue;
 use edgegate::runtime::shard::Ownership;
 use parking_lot::Mutex;
 
-use crate::producer::{Projects, find_by_uid, labelled_project};
+use crate::memory::Memory;
+use crate::projects::{Projects, find_by_uid, labelled_project};
 use edgegate::core::project::NamespaceMeta;
 
 /// The engaged projects' clients, by name.
@@ -111,16 +111,6 @@ fn wait_for_evidence(
     }
     let since = before.map_or(now, |(since, _)| since);
     waiting.insert(namespace.to_owned(), Waiting { since, last: now, why, fresh });
-}
-
-/// What the producer's writes remember, shared with the evidence (the producer's fields of the
-/// same names).
-#[derive(Clone)]
-pub struct Memory {
-    pub unwritten: Arc<Mutex<Unwritten>>,
-    /// Every answer seen, for `--withdraw-after` + `--grace` ([`crate::producer::Producer::served`]).
-    pub served: Arc<Mutex<Unwritten>>,
-    pub failing: Arc<Mutex<HashMap<String, u32>>>,
 }
 
 /// The producer's evidence, read by its in-process pruner ([`Gate`]).
@@ -413,11 +403,7 @@ mod tests {
     use super::*;
 
     fn evidence() -> Evidence {
-        let memory = Memory {
-            unwritten: Arc::new(Mutex::new(Unwritten::new(Duration::ZERO))),
-            served: Arc::new(Mutex::new(Unwritten::new(Duration::ZERO))),
-            failing: Arc::default(),
-        };
+        let memory = Memory::new(Duration::ZERO, Duration::ZERO);
         let view = Arc::new(HubView::new("default"));
         Evidence::new(view, Arc::default(), Arc::default(), memory, Duration::ZERO, WorkQueue::new())
     }

@@ -2,9 +2,16 @@
 //! from the core's answer.
 #![forbid(unsafe_code)]
 
+pub mod admin;
 pub mod args;
 pub mod discovery;
+pub mod engaged;
 pub mod evidence;
+pub mod memory;
 pub mod metrics;
+pub mod outcome;
 pub mod producer;
+pub mod projects;
+pub mod projects_dir;
 pub mod run;
+pub mod watches;

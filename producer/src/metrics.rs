@@ -102,7 +102,7 @@ impl Metrics {
             "Hub namespaces put back after a failed write, each after its own backoff",
         );
         // Every result from the start, at 0: an alert on increase() sees the first one.
-        for result in crate::producer::Written::COUNTED.map(crate::producer::Written::label) {
+        for result in crate::outcome::Written::COUNTED.map(crate::outcome::Written::label) {
             let _ = writes.get_or_create(&ResultLabels { result });
         }
         Metrics {

@@ -3,14 +3,13 @@
 //! no hub namespace, an answer too large, another field manager). Addresses the answer lacks
 //! leave the record only once it has lacked them for `--withdraw-after`.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use edgegate::core::crd::MAX_RECORD_ADDRESSES;
 use edgegate::core::hold::Hold;
 use edgegate::core::plan::Scope;
-use edgegate::core::unwritten::Unwritten;
 use edgegate::index::Change;
 use edgegate::index::clock;
 use edgegate::index::dirty::Dirty;
@@ -24,11 +23,14 @@ use edgegate::runtime::wakeups::{Wakeup, Wakeups};
 use kube::api::{Patch, PatchParams};
 use kube::runtime::events::{Event, EventType, Recorder};
 use kube::{Api, Client};
-use parking_lot::{Mutex, RwLock};
+use parking_lot::Mutex;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
+use crate::memory::Memory;
 use crate::metrics::Metrics;
+use crate::outcome::{Refusal, Written};
+use crate::projects::{Projects, find_by_uid, labelled_project};
 
 /// A restore of served addresses after a field manager's conflict: whose, and on what.
 struct Restore<'a> {
@@ -64,34 +66,6 @@ enum Restored {
     Failed,
 }
 
-/// Why the hub refused a record's apply (409), told by its `Status`, never by its message.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Refusal {
-    /// Another field manager owns what the apply changes: causes of reason
-    /// `FieldManagerConflict`.
-    FieldManagers,
-    /// The resourceVersion the write was based on is not the record's any more (reason
-    /// `Conflict`, no causes): the watch brings the newer record.
-    Stale,
-    /// Anything else: retried after a backoff, never taken for one of the above.
-    Other,
-}
-
-impl Refusal {
-    pub fn of(status: &kube::core::Status) -> Refusal {
-        let causes = status.details.as_ref().map(|d| d.causes.as_slice()).unwrap_or_default();
-        if status.code != 409 {
-            Refusal::Other
-        } else if !causes.is_empty() && causes.iter().all(|c| c.reason == "FieldManagerConflict") {
-            Refusal::FieldManagers
-        } else if causes.is_empty() && status.reason == "Conflict" {
-            Refusal::Stale
-        } else {
-            Refusal::Other
-        }
-    }
-}
-
 /// The field manager of every write.
 pub const FIELD_MANAGER: &str = "edgegate-producer";
 
@@ -104,74 +78,6 @@ pub enum Trigger {
     Hub(Change),
 }
 
-/// How one namespace's write ended (the `result` label of `edgegate_producer_writes_total`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Written {
-    Applied,
-    Unchanged,
-    NoHubNamespace,
-    Oversized,
-    Conflict,
-    Error,
-    /// Not attempted: not leading, or the project or the hub not synced.
-    Skipped,
-}
-
-impl Written {
-    /// Every outcome that is counted (a skipped write is not an outcome).
-    pub const COUNTED: [Written; 6] = [
-        Written::Applied,
-        Written::Unchanged,
-        Written::NoHubNamespace,
-        Written::Oversized,
-        Written::Conflict,
-        Written::Error,
-    ];
-
-    pub fn label(self) -> &'static str {
-        match self {
-            Written::Applied => "applied",
-            Written::Unchanged => "unchanged",
-            Written::NoHubNamespace => "no_hub_namespace",
-            Written::Oversized => "oversized",
-            Written::Conflict => "conflict",
-            Written::Error => "error",
-            Written::Skipped => "skipped",
-        }
-    }
-}
-
-/// The engaged projects, by name.
-pub type Projects = Arc<RwLock<BTreeMap<String, Arc<ProjectIndex>>>>;
-
-/// The engaged project with a namespace of UID `uid` (the one hub namespace `ns-<uid>` is the
-/// record's of): its name, index and that namespace. Looks in project `hint` first (the hub
-/// namespace's project label names it), then in every project, comparing UIDs in place: a hub
-/// namespace's event costs one lookup, not a list of every namespace of every project.
-pub fn find_by_uid(projects: &Projects, uid: &str, hint: Option<&str>) -> Option<(String, Arc<ProjectIndex>, String)> {
-    let projects = projects.read();
-    let hinted = hint.and_then(|name| projects.get_key_value(name));
-    hinted
-        .into_iter()
-        .chain(projects.iter())
-        .find_map(|(name, index)| index.namespace_with_uid(uid).map(|ns| (name.clone(), Arc::clone(index), ns)))
-}
-
-/// The project a hub namespace's [`UPSTREAM_CLUSTER_LABEL`](edgegate::core::project::UPSTREAM_CLUSTER_LABEL)
-/// names, among the engaged ones. One lookup, not a pass over every project (each copy judged
-/// asks): the label is `cluster-<name>`. Only a label with `_` may name a project whose name has
-/// a `/` (spelled `_`; `--project-name` allows one): those alone are looked for among all.
-pub fn labelled_project(view: &HubView, projects: &Projects, hub_ns: &str) -> Option<String> {
-    let label = view.upstream_cluster(hub_ns)?;
-    let name = label.strip_prefix("cluster-")?;
-    let projects = projects.read();
-    if projects.contains_key(name) {
-        return Some(name.to_owned());
-    }
-    let spelled = |candidate: &&String| edgegate::core::project::cluster_label(candidate) == label;
-    label.contains('_').then(|| projects.keys().find(spelled).cloned()).flatten()
-}
-
 /// An address a record names and the answer lacks: (hub namespace, address).
 type Withdrawal = (String, String);
 
@@ -182,18 +88,8 @@ pub struct Producer {
     pub force_ownership: bool,
     /// Addresses the answer lacks, held in the record until lacked for `--withdraw-after`.
     pub withdrawals: Mutex<Hold<Withdrawal>>,
-    /// What the answer named while nothing could be written: the next write names it too.
-    /// Shared with the in-process pruner's evidence ([`crate::evidence`]).
-    pub unwritten: Arc<Mutex<Unwritten>>,
-    /// Every answer seen (leading or not), each address kept for `--withdraw-after` + `--grace`
-    /// after it was last in one: the pruning keeps a copy whose address served that recently,
-    /// whatever its record says (a record that never named it: a hand edit, a write that failed,
-    /// a replica that did not lead).
-    pub served: Arc<Mutex<Unwritten>>,
-    /// Hub namespaces whose last write failed, with how many times in a row: their records may
-    /// lack what serves, so no copy there is deleted ([`crate::evidence`]) until a write
-    /// succeeds; each is tried again after its backoff in [`Producer::queue`].
-    pub failing: Arc<Mutex<HashMap<String, u32>>>,
+    /// What the writes remember beyond the record, shared with the in-process pruner's evidence.
+    pub memory: Memory,
     /// The hub namespaces to write, now or at a later instant (a held address falls due), each
     /// by one worker at a time; a failed write comes back after its own backoff.
     pub queue: WorkQueue<String>,
@@ -229,8 +125,8 @@ impl Producer {
                 // The project is seen, only nothing can be written: what serves meanwhile is
                 // named by the first write after, even if it has stopped serving by then.
                 let answer = index.reachable(namespace).addresses;
-                self.unwritten.lock().observe(&hub_ns, &answer, clock::now());
-                self.served.lock().observe(&hub_ns, &answer, clock::now());
+                self.memory.unwritten.lock().observe(&hub_ns, &answer, clock::now());
+                self.memory.served.lock().observe(&hub_ns, &answer, clock::now());
             }
             return Written::Skipped;
         }
@@ -241,8 +137,8 @@ impl Producer {
             // after, as when nothing can be written.
             self.withdrawals.lock().end(&hub_ns, |_| true);
             let answer = index.reachable(namespace).addresses;
-            self.unwritten.lock().observe(&hub_ns, &answer, clock::now());
-            self.served.lock().observe(&hub_ns, &answer, clock::now());
+            self.memory.unwritten.lock().observe(&hub_ns, &answer, clock::now());
+            self.memory.served.lock().observe(&hub_ns, &answer, clock::now());
             tracing::debug!(
                 project,
                 namespace,
@@ -257,7 +153,7 @@ impl Producer {
         }
         self.check_label(project, namespace, &hub_ns);
         let started = Instant::now();
-        let recent = self.unwritten.lock().recent(&hub_ns, clock::now());
+        let recent = self.memory.unwritten.lock().recent(&hub_ns, clock::now());
         // The record as read now: the answer is compared with it, and the write is based on its
         // version, whatever the watch brings meanwhile.
         let read = self.view.record(&hub_ns);
@@ -270,13 +166,13 @@ impl Producer {
             Some(answer) => answer,
             None if recent.is_empty() => {
                 // The answer is the record's addresses.
-                self.served.lock().observe(&hub_ns, current.unwrap_or_default(), clock::now());
+                self.memory.served.lock().observe(&hub_ns, current.unwrap_or_default(), clock::now());
                 self.hold_withdrawals(&hub_ns, Vec::new());
                 return Written::Unchanged;
             }
             None => index.reachable(namespace),
         };
-        self.served.lock().observe(&hub_ns, &answer.addresses, clock::now());
+        self.memory.served.lock().observe(&hub_ns, &answer.addresses, clock::now());
         for (service, why) in &answer.bad_selectors {
             tracing::warn!(
                 project,
@@ -289,7 +185,7 @@ impl Producer {
         let serves = answer.addresses;
         let (addresses, withdrawing) = self.with_held_withdrawals(&hub_ns, current, &serves, recent, &kept);
         if current == Some(addresses.as_slice()) {
-            self.unwritten.lock().written(&hub_ns);
+            self.memory.unwritten.lock().written(&hub_ns);
             return Written::Unchanged; // what changed is only held withdrawals
         }
         if serves.len() > MAX_RECORD_ADDRESSES {
@@ -316,7 +212,7 @@ impl Producer {
         let record = HubRecord { addresses, version: None, kept };
         if self.view.version(&hub_ns) != based_on {
             // Changed while the write waited its turn: compared again with what is there now.
-            self.unwritten.lock().observe(&hub_ns, &record.addresses, clock::now());
+            self.memory.unwritten.lock().observe(&hub_ns, &record.addresses, clock::now());
             self.queue.add(hub_ns.clone());
             return Written::Skipped;
         }
@@ -339,7 +235,7 @@ impl Producer {
                 );
                 self.metrics.addresses(record.addresses.len());
                 self.view.wrote(&hub_ns, based_on.as_deref(), HubRecord { version, ..record });
-                self.unwritten.lock().written(&hub_ns);
+                self.memory.unwritten.lock().written(&hub_ns);
                 return Written::Applied;
             }
             Err(kube::Error::Api(status)) => status,
@@ -358,7 +254,7 @@ impl Producer {
                     hub_namespace = hub_ns,
                     "the record changed since it was read; not overwritten"
                 );
-                self.unwritten.lock().observe(&hub_ns, &record.addresses, clock::now());
+                self.memory.unwritten.lock().observe(&hub_ns, &record.addresses, clock::now());
                 // The watch brings the newer record, but a change of its metadata alone asks for
                 // no recompute: looked at again shortly either way.
                 self.queue.add_at(hub_ns.clone(), clock::now() + RETRY_FIRST);
@@ -664,9 +560,7 @@ impl Producer {
             .flat_map(|(_, index)| index.namespaces().into_iter().map(|(_, uid)| format!("ns-{uid}")))
             .collect();
         self.withdrawals.lock().end_namespaces(|ns| !live.contains(ns));
-        self.unwritten.lock().retain(|ns| live.contains(ns));
-        self.served.lock().retain(|ns| live.contains(ns));
-        self.failing.lock().retain(|ns, _| live.contains(ns));
+        self.memory.retain(|ns| live.contains(ns));
         self.mismatched.lock().retain(|ns| live.contains(ns));
     }
 
@@ -710,17 +604,17 @@ impl Producer {
         match written {
             Written::Error | Written::Oversized => {
                 {
-                    let mut failing = self.failing.lock();
+                    let mut failing = self.memory.failing.lock();
                     let failures = failing.entry(hub_ns.clone()).or_default();
                     *failures = failures.saturating_add(1);
                 }
                 let answer = index.reachable(namespace).addresses;
-                self.unwritten.lock().observe(&hub_ns, &answer, clock::now());
+                self.memory.unwritten.lock().observe(&hub_ns, &answer, clock::now());
                 // An oversized answer is written again when it changes (its events); a failed
                 // write is retried, this namespace alone, after its backoff (the work queue's).
             }
             Written::Applied | Written::Unchanged => {
-                self.failing.lock().remove(&hub_ns);
+                self.memory.failing.lock().remove(&hub_ns);
             }
             // Not written, and not a failure of the write: the record stays as it was, and so does
             // whether its last write failed.

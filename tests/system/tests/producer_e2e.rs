@@ -606,7 +606,7 @@ async fn a_record_edited_by_hand_is_put_right_at_once() {
 /// `--withdraw-after` after the restore.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restore_keeps_the_other_writers_addresses_until_it_removes_them() {
-    use edgegate_producer::producer::Refusal;
+    use edgegate_producer::outcome::Refusal;
     let hub_cp = &ControlPlane::own();
     let (project_cp, hub, project) = project_beside(hub_cp).await;
     let hub_ns = served_namespace(&project, &hub, "takeover-a", "fd20:0:4b::1").await;
