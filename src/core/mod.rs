@@ -47,6 +47,7 @@ pub mod reachability;
 pub mod record;
 pub mod selector;
 pub mod shard;
+pub mod sighting;
 pub mod slice;
 pub mod trim;
 pub mod unwritten;

@@ -66,6 +66,22 @@ pub enum Liveness {
     Gone,
 }
 
+impl Liveness {
+    /// A member Lease as last looked at: released, or unchanged for longer than its `duration`
+    /// by this replica's clock, it is gone; unchanged for over half of it, or not seen renewed
+    /// yet (a Lease left by a replica long gone looks just like a live one at first sight), it is
+    /// lapsing; otherwise live.
+    pub fn of(sighting: &crate::core::sighting::Sighting, released: bool, duration: std::time::Duration) -> Liveness {
+        if released || sighting.unchanged > duration {
+            Liveness::Gone
+        } else if sighting.unchanged > duration / 2 || !sighting.renewed {
+            Liveness::Lapsing
+        } else {
+            Liveness::Live
+        }
+    }
+}
+
 /// Another member as this replica sees it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Member {
@@ -195,6 +211,25 @@ fn owners<'a>(seen: &Seen<'a>, bucket: Bucket) -> Vec<&'a str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn liveness_by_how_long_the_lease_went_unchanged() {
+        use crate::core::sighting::Sighting;
+        let duration = std::time::Duration::from_secs(10);
+        let secs = std::time::Duration::from_secs;
+        let rows = [
+            (Sighting { unchanged: secs(0), renewed: true }, false, Liveness::Live),
+            (Sighting { unchanged: secs(5), renewed: true }, false, Liveness::Live),
+            (Sighting { unchanged: secs(6), renewed: true }, false, Liveness::Lapsing),
+            (Sighting { unchanged: secs(0), renewed: false }, false, Liveness::Lapsing),
+            (Sighting { unchanged: secs(10), renewed: true }, false, Liveness::Lapsing),
+            (Sighting { unchanged: secs(11), renewed: true }, false, Liveness::Gone),
+            (Sighting { unchanged: secs(0), renewed: true }, true, Liveness::Gone),
+        ];
+        for (sighting, released, expected) in rows {
+            assert_eq!(Liveness::of(&sighting, released, duration), expected, "{sighting:?} released {released}");
+        }
+    }
 
     const D: Duration = Duration::from_secs(16);
 

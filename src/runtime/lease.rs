@@ -183,7 +183,7 @@ pub fn elect(
         api: Api::namespaced(client.clone(), &config.namespace),
         config: config.clone(),
         grant,
-        observed: None,
+        observed: crate::core::sighting::Sightings::default(),
         instance: format!("{:016x}", fastrand::u64(..)),
     };
     let run = elector.run(shutdown.clone());
@@ -196,7 +196,7 @@ struct Elector {
     grant: Grant,
     /// The other holder's Lease as last seen, and when this replica first saw it so: another
     /// holder's Lease has expired when it has not changed for its duration by *this* clock.
-    observed: Option<(String, Instant)>,
+    observed: crate::core::sighting::Sightings,
     /// This process, in [`INSTANCE_ANNOTATION`].
     instance: String,
 }
@@ -280,15 +280,9 @@ impl Elector {
     /// replica's clock?
     fn expired(&mut self, lease: &Lease, spec: &LeaseSpec, longer: Duration) -> bool {
         let version = lease.metadata.resource_version.clone().unwrap_or_default();
-        let first_seen = match &self.observed {
-            Some((seen, at)) if *seen == version => *at,
-            _ => {
-                self.observed = Some((version, crate::index::clock::now()));
-                return false;
-            }
-        };
+        let sighting = self.observed.look(&self.config.name, &version, crate::index::clock::now());
         let duration = Duration::from_secs(u64::try_from(spec.lease_duration_seconds.unwrap_or(0)).unwrap_or(0));
-        crate::index::clock::since(first_seen) > duration + longer
+        sighting.unchanged > duration + longer
     }
 
     /// A create or replace answered: on success this replica leads until `sent` + duration −
@@ -298,7 +292,7 @@ impl Elector {
             Ok(lease) => {
                 self.grant.until(Some(sent + self.config.duration - self.config.margin()));
                 self.grant.leadership.tenure.lock().renewed = lease.metadata.resource_version.map(|v| (v, sent));
-                self.observed = None;
+                self.observed = crate::core::sighting::Sightings::default();
                 Ok(())
             }
             Err(kube::Error::Api(status)) if status.code == 409 => {

@@ -25,6 +25,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::lease::{Leadership, LeaseConfig};
 use crate::core::shard::{self, Bucket, Fence, Liveness, Member, Plan, Seen};
+use crate::core::sighting::{ABSENT, Sightings};
 
 /// The annotation on a member Lease naming the buckets it is ready to take.
 pub const READY_ANNOTATION: &str = "edgegate.datumapis.com/ready-buckets";
@@ -256,7 +257,7 @@ pub fn share(
         taken: taken_tx,
         warm: links.warm,
         leaving: links.leaving,
-        seen: HashMap::new(),
+        seen: Sightings::default(),
         vacant: HashMap::new(),
         written: HashMap::new(),
     };
@@ -274,10 +275,10 @@ struct Sharer {
     taken: watch::Sender<bool>,
     warm: Warm,
     leaving: watch::Receiver<bool>,
-    /// Each member's Lease resourceVersion as last seen (empty: no Lease), when this replica
+    /// Each member's Lease resourceVersion as last seen (absent: no Lease), when this replica
     /// first saw it so, and whether it has seen it change: a member is gone once its Lease has
     /// not changed for its duration by *this* clock, and live only once seen renewed.
-    seen: HashMap<String, (String, Instant, bool)>,
+    seen: Sightings,
     /// Since when, by this clock, each bucket has had nobody who may write.
     vacant: HashMap<Bucket, Instant>,
     /// Fences this replica wrote that the watch has not shown yet: the resourceVersion each
@@ -385,26 +386,9 @@ impl Sharer {
             }
             let spec = lease.spec.clone().unwrap_or_default();
             let version = lease.resource_version().unwrap_or_default();
-            let (first_seen, renewed) = match self.seen.get(identity) {
-                Some((seen, at, renewed)) if *seen == version => (*at, *renewed),
-                previous => {
-                    // Seen renewed: a version after one this replica saw of its Lease.
-                    let renewed = previous.is_some_and(|(seen, _, _)| !seen.is_empty());
-                    self.seen.insert(identity.to_owned(), (version, now, renewed));
-                    (now, renewed)
-                }
-            };
-            let unchanged = now.saturating_duration_since(first_seen);
+            let sighting = self.seen.look(identity, &version, now);
             let released = spec.holder_identity.as_deref().is_none_or(str::is_empty);
-            let liveness = if released || unchanged > self.config.duration {
-                Liveness::Gone
-            } else if unchanged > self.config.duration / 2 || !renewed {
-                // Not renewed lately, or not seen renewed yet (a Lease left by a replica long
-                // gone looks just like a live one at first sight).
-                Liveness::Lapsing
-            } else {
-                Liveness::Live
-            };
+            let liveness = Liveness::of(&sighting, released, self.config.duration);
             let ready = lease
                 .annotations()
                 .get(READY_ANNOTATION)
@@ -426,15 +410,9 @@ impl Sharer {
         }
         let version = lease.resource_version().unwrap_or_default();
         let key = format!("lease {}", self.config.prefix);
-        let first_seen = match self.seen.get(&key) {
-            Some((seen, at, _)) if *seen == version => *at,
-            _ => {
-                self.seen.insert(key, (version, now, true));
-                now
-            }
-        };
+        let unchanged = self.seen.look(&key, &version, now).unchanged;
         let duration = Duration::from_secs(u64::try_from(spec.lease_duration_seconds.unwrap_or(0)).unwrap_or(0));
-        let held = now.saturating_duration_since(first_seen) <= duration;
+        let held = unchanged <= duration;
         if held {
             tracing::debug!(holder = ?spec.holder_identity, "a producer not sharing holds the producer's Lease; taking nothing");
         }
@@ -463,11 +441,7 @@ impl Sharer {
                     None => {
                         // No member Lease: gone once none has been seen for a duration (counted
                         // from when it went, if it was seen before).
-                        let seen = self.seen.entry(h.clone()).or_insert_with(|| (String::new(), now, false));
-                        if !seen.0.is_empty() {
-                            *seen = (String::new(), now, false);
-                        }
-                        now.saturating_duration_since(seen.1) <= self.config.duration
+                        self.seen.look(h, ABSENT, now).unchanged <= self.config.duration
                     }
                 },
             };
