@@ -4,6 +4,7 @@
 //! Also the two time primitives they and every layer above use: the clock the timing rules read
 //! (`clock`) and pacing (`pace`), here so that nothing below `runtime` imports it.
 
+pub mod backoff;
 pub mod clock;
 pub mod copies;
 pub mod dirty;

@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use backon::{BackoffBuilder, ExponentialBackoff, ExponentialBuilder};
+use backon::ExponentialBackoff;
 use parking_lot::Mutex;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
@@ -245,15 +245,7 @@ impl<K: Clone + Eq + Hash + Send + 'static> WorkQueue<K> {
                 let wait = state
                     .backoffs
                     .entry(key.clone())
-                    .or_insert_with(|| {
-                        ExponentialBuilder::new()
-                            .with_min_delay(RETRY_FIRST)
-                            .with_max_delay(RETRY_AT_MOST)
-                            .with_factor(2.0)
-                            .with_jitter()
-                            .without_max_times()
-                            .build()
-                    })
+                    .or_insert_with(|| crate::index::backoff::backoff(RETRY_FIRST, RETRY_AT_MOST))
                     .next()
                     .unwrap_or(RETRY_AT_MOST);
                 self.retries.fetch_add(1, Ordering::Relaxed);

@@ -139,9 +139,14 @@ impl<K, S: SnapshotSink<K>> WatchSink<K> for Whole<S, K> {
 /// (`runtime::client::API_READ_TIMEOUT`), so only a dead connection is ever timed out.
 pub const WATCH_TIMEOUT_SECS: u32 = 10;
 
-const FIRST_BACKOFF: Duration = Duration::from_millis(500);
-/// Short enough that an index is whole again within seconds of the API server coming back.
-const MAX_BACKOFF: Duration = Duration::from_secs(2);
+/// A failed watch lists again after 250 ms to 500 ms, then twice as long, up to 1 s to 2 s
+/// ([`crate::index::backoff`]): short enough that an index is whole again within seconds of the
+/// API server coming back.
+const FIRST_BACKOFF: Duration = Duration::from_millis(250);
+const MAX_BACKOFF: Duration = Duration::from_secs(1);
+/// The longest wait before a failed watch lists again, jitter included.
+#[cfg(test)]
+const LONGEST_WAIT: Duration = Duration::from_secs(2);
 
 /// How long a list may hold its turn in a [`super::budget::ListBudget`] without bringing
 /// anything: a list's pages come within a few hundred milliseconds; one that brings nothing for
@@ -178,12 +183,6 @@ fn streaming(config: &watcher::Config) -> bool {
 /// becomes incomplete.
 pub const PROJECT_WATCH_TIMEOUT_SECS: u32 = 290;
 
-/// Somewhere in the second half of `backoff`: the watches of a thousand projects on one API server
-/// that restarted come back spread over a second, not all in the same instant.
-fn jittered(backoff: Duration) -> Duration {
-    backoff / 2 + backoff.mul_f64(fastrand::f64() / 2.0)
-}
-
 /// Feed `sink` from `api` until the task is dropped. Each watch request lasts `config`'s timeout,
 /// or [`WATCH_TIMEOUT_SECS`] if it sets none. Each object is decoded on its own: one that
 /// cannot be is logged, counted and handed to [`WatchSink::undecodable`], and the rest of the
@@ -210,7 +209,7 @@ pub async fn follow_within<K, S>(
     K::DynamicType: Default,
     S: WatchSink<K>,
 {
-    let mut backoff = FIRST_BACKOFF;
+    let mut backoff = crate::index::backoff::backoff(FIRST_BACKOFF, MAX_BACKOFF);
     let timeout = config.timeout.unwrap_or(WATCH_TIMEOUT_SECS);
     let mut config = config.timeout(timeout);
     // Whether a streaming list of this watch has ended: the server offers them.
@@ -281,7 +280,7 @@ pub async fn follow_within<K, S>(
                     }
                     Ok(Event::InitApply(object)) => deliver(sink, object, Phase::Listed),
                     Ok(Event::InitDone) => {
-                        backoff = FIRST_BACKOFF;
+                        backoff = crate::index::backoff::backoff(FIRST_BACKOFF, MAX_BACKOFF);
                         streamed |= streaming(&config);
                         (begun, stream_ends) = (false, None);
                         drop(turn.take()); // the list is whole: the next one may start
@@ -305,8 +304,7 @@ pub async fn follow_within<K, S>(
         // Not held through the backoff: a project failing over and over would keep a turn that
         // others need.
         drop(turn);
-        tokio::time::sleep(jittered(backoff)).await;
-        backoff = (backoff * 2).min(MAX_BACKOFF);
+        tokio::time::sleep(backoff.next().unwrap_or(MAX_BACKOFF)).await;
     }
 }
 
@@ -430,7 +428,7 @@ mod tests {
         println!("listed instead {waited:?} after the streaming list went quiet");
         assert!(!request.uri().to_string().contains("watch=true"), "a LIST: {}", request.uri());
         assert!(waited >= STREAM_END_WAIT, "gave up on the streaming list after {waited:?}");
-        assert!(waited <= STREAM_END_WAIT + MAX_BACKOFF + Duration::from_millis(100), "{waited:?}");
+        assert!(waited <= STREAM_END_WAIT + LONGEST_WAIT + Duration::from_millis(100), "{waited:?}");
         task.abort();
     }
 
@@ -447,16 +445,7 @@ mod tests {
         let asked = tokio::time::Instant::now();
         let (request, _hold) = server.next_request().await.expect("the third request");
         assert!(!request.uri().to_string().contains("watch=true"), "a LIST: {}", request.uri());
-        assert!(asked.elapsed() <= MAX_BACKOFF, "listed {:?} after the second answer", asked.elapsed());
+        assert!(asked.elapsed() <= LONGEST_WAIT, "listed {:?} after the second answer", asked.elapsed());
         task.abort();
-    }
-
-    #[test]
-    fn a_backoff_is_spread_over_its_second_half() {
-        let backoff = Duration::from_secs(2);
-        let waits: Vec<Duration> = (0..1_000).map(|_| jittered(backoff)).collect();
-        assert!(waits.iter().all(|w| *w >= backoff / 2 && *w <= backoff), "within [1 s, 2 s]");
-        let spread = waits.iter().max().copied().unwrap_or_default() - waits.iter().min().copied().unwrap_or_default();
-        assert!(spread > Duration::from_millis(800), "spread {spread:?}");
     }
 }
