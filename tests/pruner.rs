@@ -154,7 +154,7 @@ impl Harness {
         let recorder = Recorder::new(client.clone(), Reporter { controller: "edgegate-pruner".into(), instance: None });
         let pruner = Pruner {
             client,
-            records: Arc::clone(&records),
+            records: records.clone(),
             copies: Arc::clone(&copies),
             selector: CopySelector::default(),
             dry_run,
@@ -314,7 +314,7 @@ async fn exact_spelling_counts_soon_after_the_caches_sync() {
     assert!(!metrics.encode().contains("edgegate_prune_noncanonical_addresses"), "no count before a whole view");
     assert!(!h.metrics.encode().contains("noncanonical"), "registered only with --exact-spelling");
     let watch = edgegate::runtime::prune::spelling::watch(
-        Arc::clone(&h.records),
+        h.records.clone(),
         Arc::clone(&h.copies),
         Arc::clone(&metrics),
         h.shutdown.clone(),
@@ -388,7 +388,7 @@ fn held_pruner_reading(
     let recorder = Recorder::new(client.clone(), Reporter { controller: "edgegate-pruner".into(), instance: None });
     let pruner = Pruner {
         client,
-        records: Arc::clone(&store),
+        records: store.clone(),
         copies: index,
         selector: CopySelector::default(),
         dry_run: false,

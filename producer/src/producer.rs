@@ -650,6 +650,10 @@ impl Producer {
         // Sharing, a bucket taken is what leading is otherwise: its projects are written at once.
         let became = self.owner.as_ref().map_or_else(|| self.leader.changes(), Ownership::taken);
         let mut wakeups = Wakeups::new(triggers, resync, became);
+        let (pruner, prune_changes) = match pruning {
+            Some(Parts { pruner, changes }) => (Some(pruner), Some(changes)),
+            None => (None, None),
+        };
         let feed = async {
             while let Some(wakeup) = wakeups.next(&shutdown).await {
                 let triggers = match wakeup {
@@ -663,11 +667,14 @@ impl Producer {
                 for key in triggers.iter().flat_map(|t| self.keys(t)) {
                     self.queue.add(key);
                 }
+                // The pruner reads the records from the same view: what changed there (a
+                // namespace's record, or every one after a re-list) is its to pass over too.
+                let hub = triggers.into_iter().filter_map(|t| if let Trigger::Hub(c) = t { Some(c) } else { None });
+                for key in pruner.as_ref().map(|p| hub.flat_map(|c| p.keys(c)).collect::<Vec<_>>()).unwrap_or_default()
+                {
+                    self.queue.add(key);
+                }
             }
-        };
-        let (pruner, prune_changes) = match pruning {
-            Some(Parts { pruner, changes }) => (Some(pruner), Some(changes)),
-            None => (None, None),
         };
         let prune_feed = async {
             if let (Some(pruner), Some(changes)) = (&pruner, prune_changes) {

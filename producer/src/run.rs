@@ -27,7 +27,7 @@ use crate::producer::Producer;
 use crate::projects::Projects;
 use crate::projects_dir::{follow_projects_dir, stem};
 use crate::watches::start_hub_watches;
-use edgegate::runtime::prune::parts::Parts;
+use edgegate::runtime::prune::parts::{Parts, Records};
 
 pub async fn run(args: Args) -> anyhow::Result<()> {
     // Marked by the watch handlers (through `forward`), which never wait: a set of what changed,
@@ -103,7 +103,8 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         let evidence = Arc::new(evidence.sharing(owner.clone()));
         let metrics = edgegate::runtime::prune::metrics::Metrics::embedded();
         let gate = Some(Arc::clone(&evidence) as Arc<dyn Gate>);
-        (Parts::start(&controller, &args.deletion, &args.record_name, metrics, queue.clone(), gate), evidence)
+        let records = Records::View(Arc::clone(&view));
+        (Parts::start(&controller, &args.deletion, records, metrics, queue.clone(), gate), evidence)
     });
     let producer = Producer {
         hub,

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use edgegate::runtime::controller::Controller;
 use edgegate::runtime::prune::metrics::Metrics;
-use edgegate::runtime::prune::parts::Parts;
+use edgegate::runtime::prune::parts::{Parts, Records};
 use edgegate::runtime::queue::WorkQueue;
 
 use crate::args::Args;
@@ -20,7 +20,8 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let controller = Controller::start(&args.hub, &args.lease.config(&args.lease_name, "edgegate-pruner")).await?;
     let metrics = Metrics::new().with_hub_token(&args.hub);
     let queue = WorkQueue::new();
-    let parts = Parts::start(&controller, &args.deletion, &args.record_name, metrics, queue, None);
+    let records = Records::Watch(args.record_name.clone());
+    let parts = Parts::start(&controller, &args.deletion, records, metrics, queue, None);
     controller.serve_admin(args.listen, Arc::new(parts.admin())).await?;
     tracing::info!(
         grace = ?args.deletion.grace,

@@ -8,12 +8,15 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use crate::index::dirty::Dirty;
 use kube::ResourceExt;
 use kube::runtime::watcher;
-use parking_lot::RwLock;
+use parking_lot::{Mutex, RwLock};
 
 use super::Change;
 use super::source::follow::SnapshotSink;
 use crate::core::crd::EdgeReachability;
 use crate::core::project::NamespaceMeta;
+use crate::core::record::{Record, RecordState};
+use crate::index::source::kubernetes::RecordObserver;
+use crate::index::store::{RecordSource, StoreStats};
 
 /// The annotation on a record naming the addresses another writer put there that the producer
 /// keeps writing beside its answer (the list is atomic: whoever writes it writes all of it). Set
@@ -44,6 +47,11 @@ impl HubRecord {
         }
     }
 
+    /// The record as the decision reads it: its addresses normalised.
+    pub fn normalised(&self) -> Record {
+        Record::from_entries(self.addresses.iter().map(String::as_str))
+    }
+
     /// The addresses kept for another writer that the record still names: one its writer (or an
     /// operator) removed from the record is kept no longer.
     pub fn still_kept(&self) -> Vec<String> {
@@ -51,8 +59,9 @@ impl HubRecord {
     }
 }
 
-/// Hub namespaces and the records in them, each with whether its watch is whole.
-#[derive(Debug)]
+/// Hub namespaces and the records in them, each with whether its watch is whole. Also the
+/// record source of the producer's in-process pruner ([`RecordSource`]): one record watch and one
+/// record cache per process.
 pub struct HubView {
     record_name: String,
     /// Hub namespace → the project it says it belongs to (its
@@ -70,6 +79,15 @@ pub struct HubView {
     records_synced: AtomicBool,
     /// How many times a watch has failed: a view that was whole, then was not, is another view.
     unsyncs: AtomicU64,
+    /// Shown every record the watch delivers (the in-process pruner's grace: a record that names
+    /// a held copy even for a moment ends its run).
+    observer: Mutex<Option<RecordObserver>>,
+}
+
+impl std::fmt::Debug for HubView {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HubView").field("record_name", &self.record_name).finish_non_exhaustive()
+    }
 }
 
 impl HubView {
@@ -82,6 +100,21 @@ impl HubView {
             namespaces_synced: AtomicBool::new(false),
             records_synced: AtomicBool::new(false),
             unsyncs: AtomicU64::new(0),
+            observer: Mutex::new(None),
+        }
+    }
+
+    /// Show every record the watch delivers to `observer` from now on (`None`: one that cannot
+    /// be decoded).
+    pub fn observe_with(&self, observer: RecordObserver) {
+        *self.observer.lock() = Some(observer);
+    }
+
+    fn observed<'a>(&self, records: impl IntoIterator<Item = (&'a str, Option<&'a HubRecord>)>) {
+        if let Some(observe) = self.observer.lock().as_mut() {
+            for (namespace, record) in records {
+                observe(namespace, record.map(HubRecord::normalised).as_ref());
+            }
         }
     }
 
@@ -144,6 +177,49 @@ impl HubView {
     }
 }
 
+impl RecordSource for HubView {
+    fn lookup(&self, namespace: &str) -> RecordState {
+        if !self.records_synced.load(Ordering::Acquire) {
+            return RecordState::Unavailable(
+                "the hub's records have not been listed since the watch began or failed".into(),
+            );
+        }
+        // Records before the undecodable mark, as the record store reads them.
+        let record = self.records.read().get(namespace).map(HubRecord::normalised);
+        if self.undecodable(namespace) {
+            return RecordState::Unavailable(format!("the record in {namespace} cannot be decoded"));
+        }
+        record.map_or(RecordState::Absent, |r| RecordState::Present(Arc::new(r)))
+    }
+
+    fn synced(&self) -> bool {
+        self.records_synced.load(Ordering::Acquire)
+    }
+
+    fn stats(&self) -> StoreStats {
+        let records = self.records.read();
+        let normalised: Vec<Record> = records.values().map(HubRecord::normalised).collect();
+        StoreStats {
+            records: records.len() as u64,
+            addresses: normalised.iter().map(|r| r.len() as u64).sum(),
+            invalid_entries: normalised.iter().map(|r| r.invalid().len() as u64).sum(),
+            ignored_records: 0,
+        }
+    }
+
+    fn namespaces(&self) -> Vec<String> {
+        self.records.read().keys().cloned().collect()
+    }
+
+    fn record_name(&self) -> &str {
+        &self.record_name
+    }
+
+    fn noncanonical(&self) -> usize {
+        self.records.read().values().map(|r| r.normalised().noncanonical()).sum()
+    }
+}
+
 fn upstream_cluster(ns: &NamespaceMeta) -> Option<String> {
     ns.labels().get(crate::core::project::UPSTREAM_CLUSTER_LABEL).cloned()
 }
@@ -191,8 +267,10 @@ impl SnapshotSink<EdgeReachability> for HubWriter {
             .filter(|bad| bad.metadata.name.as_deref() == Some(self.view.record_name.as_str()))
             .filter_map(|bad| bad.metadata.namespace.clone())
             .collect();
-        *self.view.records.write() =
+        let records: HashMap<String, HubRecord> =
             list.iter().filter(|r| wanted(r)).map(|r| (r.namespace().unwrap_or_default(), HubRecord::of(r))).collect();
+        self.view.observed(records.iter().map(|(ns, r)| (ns.as_str(), Some(r))));
+        *self.view.records.write() = records;
         self.view.records_synced.store(true, Ordering::Release);
         self.changes.mark(Change::All);
     }
@@ -201,6 +279,7 @@ impl SnapshotSink<EdgeReachability> for HubWriter {
             let ns = record.namespace().unwrap_or_default();
             self.view.undecodable.write().remove(&ns);
             let seen = HubRecord::of(&record);
+            self.view.observed([(ns.as_str(), Some(&seen))]);
             let previous = self.view.records.write().insert(ns.clone(), seen.clone());
             // Addresses changed by someone else (the producer's own writes are in the view
             // already) are put right at once: the pruner withdraws what a record stops naming
@@ -229,6 +308,7 @@ impl SnapshotSink<EdgeReachability> for HubWriter {
             self.view.records.write().remove(&ns);
         } else {
             self.view.undecodable.write().insert(ns.clone());
+            self.view.observed([(ns.as_str(), None)]);
         }
         self.changes.mark(Change::Namespace(ns));
     }
@@ -236,5 +316,42 @@ impl SnapshotSink<EdgeReachability> for HubWriter {
         self.view.records_synced.store(false, Ordering::Release);
         self.view.unsyncs.fetch_add(1, Ordering::AcqRel);
         tracing::warn!(%error, "hub record watch failed; no writes until listed again");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(namespace: &str, addresses: &[&str]) -> EdgeReachability {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "networking.datumapis.com/v1alpha",
+            "kind": "EdgeReachability",
+            "metadata": {"name": "default", "namespace": namespace, "resourceVersion": "7"},
+            "spec": {"addresses": addresses},
+        }))
+        .expect("record")
+    }
+
+    /// The producer's view is its in-process pruner's record source: unavailable until listed,
+    /// normalised as the decision reads records, and every record delivered shown to the grace.
+    #[test]
+    fn the_view_is_a_record_source_and_shows_each_record_delivered() {
+        let view = Arc::new(HubView::new("default"));
+        type Seen = Vec<(String, Option<usize>)>;
+        let seen: Arc<Mutex<Seen>> = Arc::default();
+        let log = Arc::clone(&seen);
+        view.observe_with(Box::new(move |ns, r| log.lock().push((ns.to_owned(), r.map(Record::len)))));
+        assert!(matches!(view.lookup("ns-a"), RecordState::Unavailable(_)), "not listed yet");
+        let mut writer = HubWriter::new(Arc::clone(&view), Dirty::default());
+        SnapshotSink::<EdgeReachability>::replace(&mut writer, vec![record("ns-a", &["fd00:0::1"])], Vec::new());
+        let RecordState::Present(listed) = view.lookup("ns-a") else { panic!("listed: present") };
+        assert!(listed.names("fd00::1"), "normalised");
+        assert!(matches!(view.lookup("ns-b"), RecordState::Absent));
+        SnapshotSink::<EdgeReachability>::applied(&mut writer, record("ns-b", &["10.0.0.1", "10.0.0.2"]));
+        assert_eq!(*seen.lock(), [("ns-a".to_owned(), Some(1)), ("ns-b".to_owned(), Some(2))]);
+        assert_eq!((view.namespaces().len(), RecordSource::record_name(view.as_ref())), (2, "default"));
+        SnapshotSink::<EdgeReachability>::failed(&mut writer, &watcher::Error::NoResourceVersion);
+        assert!(matches!(view.lookup("ns-a"), RecordState::Unavailable(_)), "a failed watch: unknown");
     }
 }

@@ -23,6 +23,12 @@ pub trait RecordSource: Send + Sync {
     fn stats(&self) -> StoreStats;
     /// Namespaces that have a record, for a full pass.
     fn namespaces(&self) -> Vec<String>;
+    /// The only record name the source holds.
+    fn record_name(&self) -> &str;
+    /// Record entries, over every record, spelled other than canonically: what the
+    /// ValidatingAdmissionPolicy mode's exact-string comparison reads differently from the
+    /// webhook.
+    fn noncanonical(&self) -> usize;
 }
 
 /// Counts exposed as metrics.
@@ -86,11 +92,6 @@ impl RecordStore {
         (stale > bound).then_some(stale)
     }
 
-    /// The only record name this store indexes.
-    pub fn record_name(&self) -> &str {
-        &self.record_name
-    }
-
     /// Replace everything with a complete view and mark the store synced.
     pub fn replace_all(&self, records: HashMap<String, Arc<Record>>, ignored: u64) {
         *self.records.write() = records;
@@ -123,13 +124,6 @@ impl RecordStore {
     /// The namespace's record was deleted: back to "no record", which withdraws nothing.
     pub fn remove(&self, namespace: &str) {
         self.records.write().remove(namespace);
-    }
-
-    /// Record entries, over every record, spelled other than canonically: what the
-    /// ValidatingAdmissionPolicy mode's exact-string comparison reads differently from the
-    /// webhook.
-    pub fn noncanonical(&self) -> usize {
-        self.records.read().values().map(|r| r.noncanonical()).sum()
     }
 
     /// Mark the store unsynced (its source lost its view), so lookups answer `Unavailable`.
@@ -172,6 +166,14 @@ impl RecordSource for RecordStore {
 
     fn namespaces(&self) -> Vec<String> {
         self.records.read().keys().cloned().collect()
+    }
+
+    fn record_name(&self) -> &str {
+        &self.record_name
+    }
+
+    fn noncanonical(&self) -> usize {
+        self.records.read().values().map(|r| r.noncanonical()).sum()
     }
 
     fn stats(&self) -> StoreStats {

@@ -18,7 +18,7 @@ use serde::Deserialize;
 use crate::core::crd::{EdgeReachability, EdgeReachabilitySpec};
 use crate::core::record::Record;
 use crate::index::fs_watch::FileStamp;
-use crate::index::store::RecordStore;
+use crate::index::store::{RecordSource, RecordStore};
 
 const API_VERSION: &str = "networking.datumapis.com/v1alpha";
 const BACKSTOP_RESCAN: Duration = Duration::from_secs(1);

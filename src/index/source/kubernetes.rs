@@ -17,7 +17,7 @@ use super::follow::{Phase, WatchSink, follow};
 use crate::core::crd::EdgeReachability;
 use crate::core::record::Record;
 use crate::index::Change;
-use crate::index::store::RecordStore;
+use crate::index::store::{RecordSource, RecordStore};
 
 /// Records gathered during a (re-)list, the `namespace/name`s ignored for their name, and the
 /// namespaces whose record could not be decoded (with why).

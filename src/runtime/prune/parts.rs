@@ -7,6 +7,7 @@ use crate::core::hold::Hold;
 use crate::index::Change;
 use crate::index::copies::{CopyIndex, CopyWriter};
 use crate::index::dirty::Dirty;
+use crate::index::hub::HubView;
 use crate::index::pace::Pacer;
 use crate::index::source::follow::follow;
 use crate::index::source::kubernetes::{OnWatchError, RecordObserver, StoreWriter};
@@ -27,6 +28,15 @@ use super::gate::Gate;
 use super::metrics::Metrics;
 use super::pruner::{Grace, Pruner, named_again};
 
+/// Where a pruner reads records.
+pub enum Records {
+    /// From a watch of its own, of the records with this name (`edgegate-pruner`).
+    Watch(String),
+    /// From the producer's view of the hub (`edgegate-producer --prune`): one record watch and
+    /// one record cache per process. Its changes come through the producer's own queue.
+    View(Arc<HubView>),
+}
+
 /// A pruner on `controller`'s hub and Lease, its watches started: what `edgegate-pruner` runs,
 /// and `edgegate-producer --prune` beside its own writes.
 pub struct Parts {
@@ -36,31 +46,34 @@ pub struct Parts {
 }
 
 impl Parts {
-    /// Start the record and copy watches (and the spelling count, with `--exact-spelling`) and
-    /// make the pruner, working `queue` (the producer's own, when it prunes: a namespace's write
-    /// and its pass share one key), deleting only what `gate` allows besides.
+    /// Start the copy watch, the record watch unless `records` is a view already followed (and
+    /// the spelling count, with `--exact-spelling`), and make the pruner, working `queue` (the
+    /// producer's own, when it prunes: a namespace's write and its pass share one key), deleting
+    /// only what `gate` allows besides.
     pub fn start(
         controller: &Controller,
         deletion: &DeletionArgs,
-        record_name: &str,
+        records: Records,
         mut metrics: Metrics,
         queue: WorkQueue<String>,
         gate: Option<Arc<dyn Gate>>,
     ) -> Parts {
         let changes = Dirty::default();
-        let records = Arc::new(RecordStore::new(record_name.to_owned()));
         let copies = Arc::new(CopyIndex::default());
         let grace: Grace = Arc::new(Mutex::new(Hold::new(deletion.grace)));
         let observer = named_again(Arc::clone(&grace), Arc::clone(&copies));
-        start_watches(
-            &controller.hub,
-            &deletion.copy_selector,
-            &records,
-            &copies,
-            &changes,
-            Some(observer),
-            &controller.shutdown,
-        );
+        let records: Arc<dyn RecordSource> = match records {
+            Records::Watch(record_name) => {
+                let store = Arc::new(RecordStore::new(record_name));
+                watch_records(&controller.hub, &store, &changes, Some(observer), &controller.shutdown);
+                store
+            }
+            Records::View(view) => {
+                view.observe_with(observer);
+                view
+            }
+        };
+        watch_copies(&controller.hub, &deletion.copy_selector, &copies, &changes, &controller.shutdown);
         if deletion.exact_spelling {
             metrics = metrics.with_spelling();
         }
@@ -99,10 +112,8 @@ impl Parts {
     }
 }
 
-/// One list and a watch each: EdgeReachability everywhere, and copies by the copy selector.
-/// Both indexes go unsynced on a watch error, and every change and re-list is marked on `changes`;
-/// every record delivered is also shown to `observer`. Both are [`essential`]: a watch that died
-/// would leave its index frozen, still synced, and the pruner deleting against it.
+/// One list and a watch each: EdgeReachability everywhere, and copies by the copy selector
+/// ([`watch_records`], [`watch_copies`]).
 pub fn start_watches(
     client: &Client,
     selector: &crate::CopySelector,
@@ -111,27 +122,51 @@ pub fn start_watches(
     changes: &Dirty<Change>,
     observer: Option<RecordObserver>,
     shutdown: &CancellationToken,
-) -> Vec<tokio::task::JoinHandle<()>> {
-    let mut record_writer = StoreWriter::new(Arc::clone(records), OnWatchError::Unsync).with_changes(changes.clone());
+) {
+    watch_records(client, records, changes, observer, shutdown);
+    watch_copies(client, selector, copies, changes, shutdown);
+}
+
+/// EdgeReachability everywhere into `records`: unsynced on a watch error, every change and
+/// re-list marked on `changes`, every record delivered shown to `observer`. [`essential`]: a
+/// watch that died would leave the store frozen, still synced, and the pruner deleting against
+/// it.
+pub fn watch_records(
+    client: &Client,
+    records: &Arc<RecordStore>,
+    changes: &Dirty<Change>,
+    observer: Option<RecordObserver>,
+    shutdown: &CancellationToken,
+) {
+    let mut writer = StoreWriter::new(Arc::clone(records), OnWatchError::Unsync).with_changes(changes.clone());
     if let Some(observer) = observer {
-        record_writer = record_writer.with_observer(observer);
+        writer = writer.with_observer(observer);
     }
-    let record_api: Api<DeserializeGuard<EdgeReachability>> = Api::all(client.clone());
-    let mut copy_writer = CopyWriter::new(Arc::clone(copies)).with_changes(changes.clone());
-    let copy_api: Api<DeserializeGuard<Slice>> = Api::all(client.clone());
+    let api: Api<DeserializeGuard<EdgeReachability>> = Api::all(client.clone());
+    essential("EdgeReachability watch", shutdown, async move {
+        follow(api, watcher::Config::default(), &mut writer).await;
+    });
+}
+
+/// Copies by the copy selector into `copies`, each change and re-list marked on `changes`;
+/// [`essential`], as [`watch_records`].
+pub fn watch_copies(
+    client: &Client,
+    selector: &crate::CopySelector,
+    copies: &Arc<CopyIndex>,
+    changes: &Dirty<Change>,
+    shutdown: &CancellationToken,
+) {
+    let mut writer = CopyWriter::new(Arc::clone(copies)).with_changes(changes.clone());
+    let api: Api<DeserializeGuard<Slice>> = Api::all(client.clone());
     let config = watcher::Config::default().labels(selector.as_str());
-    vec![
-        essential("EdgeReachability watch", shutdown, async move {
-            follow(record_api, watcher::Config::default(), &mut record_writer).await;
-        }),
-        essential("copy watch", shutdown, async move { follow(copy_api, config, &mut copy_writer).await }),
-    ]
+    essential("copy watch", shutdown, async move { follow(api, config, &mut writer).await });
 }
 
 /// The pruner's readiness and metrics.
 #[derive(Clone)]
 pub struct Admin {
-    records: Arc<RecordStore>,
+    records: Arc<dyn RecordSource>,
     copies: Arc<CopyIndex>,
     metrics: Arc<Metrics>,
     leader: Leadership,

@@ -21,7 +21,7 @@ use crate::index::prune::plan;
 use crate::runtime::lease::Leadership;
 use crate::runtime::queue::{self, WorkQueue};
 use crate::runtime::wakeups::{Wakeup, Wakeups};
-use crate::{CopySelector, EdgeReachability, RecordSource, RecordStore, Slice};
+use crate::{CopySelector, EdgeReachability, RecordSource, Slice};
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::api::{DeleteParams, Preconditions};
 use kube::runtime::events::{Event, EventType, Recorder};
@@ -70,7 +70,8 @@ fn first_due_by_namespace(grace: &Hold<CopyKey>, held: &[CopyKey]) -> std::colle
 /// Everything a pass needs.
 pub struct Pruner {
     pub client: Client,
-    pub records: Arc<RecordStore>,
+    /// The records: its own watch's, or the producer's view of the hub when it prunes.
+    pub records: Arc<dyn RecordSource>,
     pub copies: Arc<CopyIndex>,
     pub selector: CopySelector,
     pub dry_run: bool,

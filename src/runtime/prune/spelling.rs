@@ -6,8 +6,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::RecordSource;
 use crate::index::copies::CopyIndex;
-use crate::{RecordSource, RecordStore};
 use tokio_util::sync::CancellationToken;
 
 use crate::runtime::prune::metrics::Metrics;
@@ -22,7 +22,7 @@ const SYNC_POLL: Duration = Duration::from_secs(1);
 /// Count the spellings as soon as both caches are whole (so the gauge exists soon after start),
 /// then every [`EVERY`], each time on a whole view; until `shutdown`.
 pub async fn watch(
-    records: Arc<RecordStore>,
+    records: Arc<dyn RecordSource>,
     copies: Arc<CopyIndex>,
     metrics: Arc<Metrics>,
     shutdown: CancellationToken,
@@ -33,7 +33,7 @@ pub async fn watch(
                 return;
             }
         }
-        count(&records, &copies, &metrics);
+        count(records.as_ref(), &copies, &metrics);
         if !sleep(EVERY, &shutdown).await {
             return;
         }
@@ -41,7 +41,7 @@ pub async fn watch(
 }
 
 /// Set the gauges, and warn while anything is spelled otherwise.
-fn count(records: &RecordStore, copies: &CopyIndex, metrics: &Metrics) {
+fn count(records: &dyn RecordSource, copies: &CopyIndex, metrics: &Metrics) {
     let (in_records, in_copies) = (records.noncanonical(), copies.noncanonical());
     metrics.set_noncanonical(in_records, in_copies);
     if in_records > 0 || in_copies > 0 {
