@@ -9,6 +9,11 @@
 #
 #   scripts/fleet.sh [--projects N] [--fault-secs S] [--fault silent|500]
 #                                          (defaults 1,000; 600; silent)
+#   scripts/fleet.sh --slow-hub [--projects N]
+#       the work queue against a slow hub: an admission webhook answers every record write after
+#       1 s and every project changes within 5 s (every change named within 150 s per 1,000
+#       projects; queue depth within the distinct namespaces under 9 more events a project); then
+#       one namespace's writes hang 29 s while 200 others change at 20/s (their p99 within 1 s)
 #   scripts/fleet.sh --sharded [--projects N]
 #       three replicas sharing the projects (components/producer-sharded): each one's share, RSS
 #       and sockets; a replica stopped: its handover; a replica killed: its projects taken over
@@ -24,7 +29,8 @@ while [ $# -gt 0 ]; do
     --fault-secs) export FLEET_FAULT_SECS="$2"; shift 2 ;;
     --fault) export FLEET_FAULT="$2"; shift 2 ;;
     --sharded) test=sharded_fleet; shift ;;
-    *) echo "usage: $0 [--sharded] [--projects N] [--fault-secs S] [--fault silent|500]" >&2; exit 2 ;;
+    --slow-hub) test=slow_hub_fleet; shift ;;
+    *) echo "usage: $0 [--sharded|--slow-hub] [--projects N] [--fault-secs S] [--fault silent|500]" >&2; exit 2 ;;
   esac
 done
 cargo build --release --locked -p edgegate -p edgegate-webhook -p edgegate-pruner -p edgegate-producer --quiet

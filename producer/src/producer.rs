@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use edgegate::core::crd::MAX_RECORD_ADDRESSES;
 use edgegate::core::hold::Hold;
 use edgegate::core::plan::Scope;
+use edgegate::core::write;
 use edgegate::index::Change;
 use edgegate::index::clock;
 use edgegate::index::dirty::Dirty;
@@ -183,26 +184,23 @@ impl Producer {
             );
         }
         let serves = answer.addresses;
-        let (addresses, withdrawing) = self.with_held_withdrawals(&hub_ns, current, &serves, recent, &kept);
-        if current == Some(addresses.as_slice()) {
-            self.memory.unwritten.lock().written(&hub_ns);
-            return Written::Unchanged; // what changed is only held withdrawals
-        }
-        if serves.len() > MAX_RECORD_ADDRESSES {
-            let message = format!(
-                "{project}/{namespace} serves {} addresses, more than the {MAX_RECORD_ADDRESSES} a record holds; the record is left as it is",
-                serves.len()
-            );
-            tracing::error!(
-                project,
-                namespace,
-                hub_namespace = hub_ns,
-                count = serves.len(),
-                "answer too large; not written"
-            );
-            self.warn(&hub_ns, "RecordOversized", message).await;
-            return Written::Oversized;
-        }
+        let withdrawing = self.hold_withdrawals(&hub_ns, write::lacking(current, &recent, &serves, &kept));
+        let addresses = match write::plan(&serves, current, &kept, &withdrawing.held) {
+            write::Write::Addresses(addresses) => addresses,
+            write::Write::Unchanged => {
+                self.memory.unwritten.lock().written(&hub_ns);
+                return Written::Unchanged; // what changed is only held withdrawals
+            }
+            write::Write::Oversized(count) => {
+                let message = format!(
+                    "{project}/{namespace} serves {count} addresses, more than the {MAX_RECORD_ADDRESSES} a record holds; the record is left as it is",
+                );
+                tracing::error!(project, namespace, hub_namespace = hub_ns, count, "answer too large; not written");
+                self.warn(&hub_ns, "RecordOversized", message).await;
+                return Written::Oversized;
+            }
+        };
+        let withdrawing = withdrawing.before;
         // Writes are paced for the whole process (a catch-up after a hub restart, a thousand
         // projects engaged at once); the turn may be a wait.
         if let Some(pacer) = &self.pacer {
@@ -441,35 +439,6 @@ impl Producer {
         self.metrics.addresses(after);
         self.view.wrote(restore.hub_ns, restore.based_on, HubRecord { version, ..record });
         Restored::Written { after, kept }
-    }
-
-    /// The answer plus what the record keeps for another writer, plus the addresses the record
-    /// names (or `recent`ly served, unwritten) that the answer has lacked for less than
-    /// `--withdraw-after`, sorted as the answer is. Kept and held addresses never push the
-    /// record over the limit: an answer that fits is written, with as many of them as fit beside
-    /// it (an addition must not wait for a withdrawal), kept ones first. Also returns the
-    /// producer's own withdrawals under way since an earlier look.
-    fn with_held_withdrawals(
-        &self,
-        hub_ns: &str,
-        current: Option<&[String]>,
-        serves: &[String],
-        recent: Vec<String>,
-        kept: &[String],
-    ) -> (Vec<String>, Vec<String>) {
-        let beside: std::collections::HashSet<&str> = serves.iter().chain(kept).map(String::as_str).collect();
-        let named: BTreeSet<&String> = current.unwrap_or_default().iter().chain(&recent).collect();
-        let lacking: Vec<String> = named.into_iter().filter(|a| !beside.contains(a.as_str())).cloned().collect();
-        let withdrawing = self.hold_withdrawals(hub_ns, lacking);
-        let mut addresses = serves.to_vec();
-        if addresses.len() > MAX_RECORD_ADDRESSES {
-            return (addresses, withdrawing.before);
-        }
-        let room = MAX_RECORD_ADDRESSES - addresses.len();
-        addresses.extend(kept.iter().chain(&withdrawing.held).filter(|a| !serves.contains(a)).take(room).cloned());
-        addresses.sort_unstable();
-        addresses.dedup();
-        (addresses, withdrawing.before)
     }
 
     /// Observe which of the record's addresses the answer lacks now; returns those still held,

@@ -52,3 +52,4 @@ pub mod slice;
 pub mod trim;
 pub mod unwritten;
 pub mod verdict;
+pub mod write;

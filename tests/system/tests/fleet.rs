@@ -484,3 +484,207 @@ async fn sharded_fleet() {
     );
     drop(killed);
 }
+
+/// An admission webhook for EdgeReachability on the hub that answers each review after a delay:
+/// `every` for every record, `hung` longer for one hub namespace. Allows everything, echoing the
+/// review's uid. Served with the dev certificate (127.0.0.1) by the test's own process.
+#[derive(Default)]
+struct SlowHub {
+    every: Duration,
+    hung: Option<(String, Duration)>,
+}
+
+async fn serve_slow_hub(hub: &Client, delays: Arc<Mutex<SlowHub>>) -> tokio::task::JoinHandle<()> {
+    use rustls::pki_types::pem::PemObject;
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let certs = dev_certs();
+    let chain: Vec<_> = rustls::pki_types::CertificateDer::pem_file_iter(certs.join("tls.crt"))
+        .expect("cert")
+        .map(|c| c.expect("cert"))
+        .collect();
+    let key = rustls::pki_types::PrivateKeyDer::from_pem_file(certs.join("tls.key")).expect("key");
+    let mut tls = rustls::ServerConfig::builder().with_no_client_auth().with_single_cert(chain, key).expect("tls");
+    tls.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(tls));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    let ca = std::fs::read(certs.join("ca.crt")).expect("ca");
+    let vwc = json!({
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingWebhookConfiguration",
+        "metadata": {"name": "slow-records"},
+        "webhooks": [{
+            "name": "slow.records.example.com",
+            "admissionReviewVersions": ["v1"],
+            "sideEffects": "None",
+            "failurePolicy": "Fail",
+            "timeoutSeconds": 30,
+            "clientConfig": {"url": format!("https://127.0.0.1:{port}/"), "caBundle": base64(&ca)},
+            "rules": [{"apiGroups": ["networking.datumapis.com"], "apiVersions": ["*"], "operations": ["CREATE", "UPDATE"], "resources": ["edgereachabilities"]}],
+        }],
+    });
+    let api: Api<k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration> = Api::all(hub.clone());
+    api.create(&PostParams::default(), &serde_json::from_value(vwc).expect("vwc")).await.expect("create vwc");
+    tokio::spawn(async move {
+        while let Ok((tcp, _)) = listener.accept().await {
+            let (acceptor, delays) = (acceptor.clone(), Arc::clone(&delays));
+            tokio::spawn(async move {
+                let Ok(tls) = acceptor.accept(tcp).await else { return };
+                let service = hyper::service::service_fn(move |request: http::Request<hyper::body::Incoming>| {
+                    let delays = Arc::clone(&delays);
+                    async move {
+                        use http_body_util::BodyExt;
+                        let body = request.into_body().collect().await.map(|b| b.to_bytes()).unwrap_or_default();
+                        let review: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
+                        let namespace = review["request"]["namespace"].as_str().unwrap_or_default().to_owned();
+                        let delay = {
+                            let delays = delays.lock().expect("delays");
+                            match &delays.hung {
+                                Some((ns, hung)) if *ns == namespace => *hung,
+                                _ => delays.every,
+                            }
+                        };
+                        tokio::time::sleep(delay).await;
+                        let answer = json!({
+                            "apiVersion": "admission.k8s.io/v1",
+                            "kind": "AdmissionReview",
+                            "response": {"uid": review["request"]["uid"], "allowed": true},
+                        });
+                        let body = http_body_util::Full::new(hyper::body::Bytes::from(answer.to_string()));
+                        Ok::<_, std::convert::Infallible>(
+                            http::Response::builder()
+                                .header("content-type", "application/json")
+                                .body(body)
+                                .expect("response"),
+                        )
+                    }
+                });
+                let io = hyper_util::rt::TokioIo::new(tls);
+                let builder = hyper_util::server::conn::auto::Builder::new(hyper_util::rt::TokioExecutor::new());
+                let _ = builder.serve_connection(io, service).await;
+            });
+        }
+    })
+}
+
+/// The producer's work queue against a slow hub (components/producer and producer-milo as
+/// rendered, `FLEET_PROJECTS` projects, 1,000 by default, every one serving): an admission
+/// webhook for EdgeReachability answers every write after 1 s, and every project changes within
+/// 5 s: every change must be named within 150 s (the floor with 8 workers is 125 s; one write
+/// at a time would take 1,000 s). Meanwhile 9 more events a project (annotations): the queue's
+/// depth must stay within the distinct namespaces. Then one namespace's writes hang 29 s while
+/// 200 others change at 20/s: the others' change → record p99 must stay within 1 s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "minutes: scripts/fleet.sh --slow-hub"]
+async fn slow_hub_fleet() {
+    let total: usize = std::env::var("FLEET_PROJECTS").ok().and_then(|v| v.parse().ok()).unwrap_or(1_000);
+    let hub_cp = ControlPlane::own();
+    let backing_cp = ControlPlane::own();
+    let (hub, backing) = (hub_cp.client().await, backing_cp.client().await);
+    install_crd(&hub).await;
+    world::install_crds(&backing_cp);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let milo = Milo::start(&backing_cp).await;
+    let render = shipped::install_with_milo("fleet", &hub_cp, &backing_cp, &milo, &[]).await;
+    let hub_namespaces: Vec<String> = futures::stream::iter(0..total)
+        .map(|i| {
+            let (backing, hub) = (backing.clone(), hub.clone());
+            async move { make_project(&backing, &hub, i, true).await }
+        })
+        .buffered(16)
+        .collect()
+        .await;
+    let probe = Arc::new(Mutex::new(Probe::default()));
+    {
+        let mut probe = probe.lock().expect("probe");
+        for (i, ns) in hub_namespaces.iter().enumerate() {
+            probe.to_name.insert((ns.clone(), address(i, 0)), Instant::now());
+        }
+    }
+    let watching = watch_records(hub.clone(), Arc::clone(&probe));
+    let pod = run(&hub_cp, &render, "edgegate-producer", 0, &[Rewrite::ListenAddress, Rewrite::MountPath]).await;
+    until_ready("producer ready", &pod.process, None).await;
+    let cold = Instant::now();
+    set_ready(&backing, 0..total, "True").await;
+    all_whole(&pod, total as u64, Duration::from_secs(600)).await;
+    settle(&probe).await;
+    eprintln!(
+        "fleet: slow hub: {total} projects engaged and every record written {:.1?} after they turned Ready",
+        cold.elapsed()
+    );
+
+    // Every write answered after 1 s; every project changed within 5 s, then 9 more events each.
+    let delays = Arc::new(Mutex::new(SlowHub { every: Duration::from_secs(1), hung: None }));
+    let webhook = serve_slow_hub(&hub, Arc::clone(&delays)).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let mut generations = vec![0; total];
+    let rate = total as f64 / 5.0;
+    let sent =
+        change(&backing, &hub_namespaces, 0..total, &mut generations, &probe, rate, Duration::from_secs(5)).await;
+    let deepest = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let sampling = {
+        let (deepest, port) = (Arc::clone(&deepest), pod.process.port);
+        tokio::spawn(async move {
+            loop {
+                let out = std::process::Command::new("curl")
+                    .args(["-s", &format!("http://127.0.0.1:{port}/metrics")])
+                    .output()
+                    .expect("curl");
+                let depth = gauge(&String::from_utf8_lossy(&out.stdout), "edgegate_producer_queue_depth ");
+                deepest.fetch_max(depth, std::sync::atomic::Ordering::Relaxed);
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+        })
+    };
+    let events = futures::stream::iter((0..total).flat_map(|i| (1..10).map(move |n| (i, n))))
+        .map(|(i, n)| {
+            let backing = backing.clone();
+            async move {
+                use kube::api::{DynamicObject, Patch, PatchParams};
+                let resource = edgegate_system_tests::soak::project::resource("NetworkInterface", "networkinterfaces");
+                let api: Api<DynamicObject> = Api::namespaced_with(backing, &format!("p{i:05}-web"), &resource);
+                let touch = json!({"metadata": {"annotations": {"touched": n.to_string()}}});
+                let _ = api.patch("web", &PatchParams::default(), &Patch::Merge(&touch)).await;
+            }
+        })
+        .buffer_unordered(16)
+        .count();
+    let (touched, (named, _, superseded)) = tokio::join!(events, settle_within(&probe, Duration::from_secs(600)));
+    sampling.abort();
+    let deepest = deepest.load(std::sync::atomic::Ordering::Relaxed);
+    let slowest = percentile(&named, 1.0);
+    eprintln!(
+        "fleet: slow hub (every write 1 s): {} changes sent in {sent:.1?} ({superseded} superseded), {touched} more events; every change named within {slowest:.1?} (median {:.1?}, p99 {:.1?}); queue depth at most {deepest} (distinct namespaces {total})",
+        named.len(),
+        percentile(&named, 0.5),
+        percentile(&named, 0.99),
+    );
+    let goal = Duration::from_secs_f64(150.0 * total as f64 / 1_000.0);
+    assert!(slowest <= goal, "a change waited {slowest:?} to be named, over {goal:?}");
+    assert!(deepest <= total as u64 + 1, "queue depth {deepest} over the {total} distinct namespaces");
+
+    // One namespace's writes hang 29 s; 200 others change at 20/s.
+    let hung_ns = hub_namespaces[0].clone();
+    *delays.lock().expect("delays") =
+        SlowHub { every: Duration::ZERO, hung: Some((hung_ns.clone(), Duration::from_secs(29))) };
+    change(&backing, &hub_namespaces, 0..1, &mut generations, &probe, 1.0, Duration::from_millis(500)).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let others = 1..(201.min(total));
+    change(&backing, &hub_namespaces, others, &mut generations, &probe, 20.0, Duration::from_secs(10)).await;
+    let (named, _, _) = settle_within(&probe, Duration::from_secs(120)).await;
+    let p99 = percentile(&named, 0.99);
+    eprintln!(
+        "fleet: one namespace's writes hung 29 s: the others' {} changes at 20/s named after median {:.2?}, p99 {p99:.2?}",
+        named.len().saturating_sub(1),
+        percentile(&named, 0.5),
+    );
+    assert!(p99 <= Duration::from_secs(1), "a hung namespace held the others up: p99 {p99:?}");
+    webhook.abort();
+    watching.abort();
+}
+
+/// [`settle`], within `limit`.
+async fn settle_within(probe: &Mutex<Probe>, limit: Duration) -> (Vec<Duration>, Vec<Duration>, usize) {
+    eventually(limit, "every change named and withdrawn", async || probe.lock().expect("probe").settled()).await;
+    probe.lock().expect("probe").take()
+}
