@@ -42,7 +42,7 @@ impl Probes for Admin {
         if let Some(owner) = &self.owner {
             self.metrics.set_shards(owner.held().len(), owner.longest_vacancy());
         }
-        self.metrics.set_queue(self.queue.depth(), self.queue.oldest(), self.queue.retries());
+        self.metrics.set_queue(&self.queue);
         if let Some(evidence) = &self.evidence {
             self.metrics.set_doubts(&evidence.doubts());
         }

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use edgegate::runtime::metrics::{ResultLabels, encode, registered};
+use edgegate::runtime::metrics::{QueueMetrics, ResultLabels, encode, registered};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -36,8 +36,7 @@ pub struct Metrics {
     /// Sharing (`--shard`): buckets held here, and the longest any has had nobody who may write.
     shards: Option<(Gauge, Gauge)>,
     /// The work queue: distinct hub namespaces waiting, the oldest one's wait, retries so far.
-    queue: (Gauge, Gauge, Counter),
-    retries_seen: parking_lot::Mutex<u64>,
+    queue: QueueMetrics,
 }
 
 /// `{reason}` of [`edgegate::core::verdict::Doubt`].
@@ -86,21 +85,7 @@ impl Metrics {
             "producer_label_mismatches",
             "Hub namespaces whose project label (meta.datumapis.com/upstream-cluster-name) names another project than the one whose record is written there",
         );
-        let depth = registered(
-            &mut registry,
-            "producer_queue_depth",
-            "Hub namespaces waiting to be written (now, at a later instant, or once more after the write under way): at most the distinct namespaces",
-        );
-        let oldest = registered(
-            &mut registry,
-            "producer_queue_oldest_seconds",
-            "How long the hub namespace waiting longest to be written now has waited",
-        );
-        let retries = registered(
-            &mut registry,
-            "producer_queue_retries",
-            "Hub namespaces put back after a failed write, each after its own backoff",
-        );
+        let queue = QueueMetrics::register(&mut registry, "producer", "hub namespaces", "written");
         // Every result from the start, at 0: an alert on increase() sees the first one.
         for result in crate::outcome::Written::COUNTED.map(crate::outcome::Written::label) {
             let _ = writes.get_or_create(&ResultLabels { result });
@@ -117,8 +102,7 @@ impl Metrics {
             doubts,
             mismatched,
             shards: None,
-            queue: (depth, oldest, retries),
-            retries_seen: parking_lot::Mutex::new(0),
+            queue,
         }
     }
 
@@ -139,13 +123,8 @@ impl Metrics {
     }
 
     /// The work queue's depth, oldest wait and retries so far.
-    pub fn set_queue(&self, depth: usize, oldest: Duration, retries: u64) {
-        let (d, o, r) = &self.queue;
-        d.set(i64::try_from(depth).unwrap_or(i64::MAX));
-        o.set(i64::try_from(oldest.as_secs()).unwrap_or(i64::MAX));
-        let mut seen = self.retries_seen.lock();
-        r.inc_by(retries.saturating_sub(*seen));
-        *seen = (*seen).max(retries);
+    pub fn set_queue(&self, queue: &edgegate::runtime::queue::WorkQueue<String>) {
+        self.queue.set(queue);
     }
 
     /// Sharing: buckets held, and the longest vacancy.

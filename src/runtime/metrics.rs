@@ -16,6 +16,49 @@ pub fn registered<M: Metric + Clone + Default>(registry: &mut Registry, name: &s
     metric
 }
 
+/// A work queue's `<name>_queue_depth`, `<name>_queue_oldest_seconds` and
+/// `<name>_queue_retries_total`, brought up to date from the queue before each scrape.
+pub struct QueueMetrics {
+    depth: prometheus_client::metrics::gauge::Gauge,
+    oldest: prometheus_client::metrics::gauge::Gauge,
+    retries: prometheus_client::metrics::counter::Counter,
+    /// The queue's retries when last brought up to date: the counter moves by the difference.
+    seen: parking_lot::Mutex<u64>,
+}
+
+impl QueueMetrics {
+    /// Registered as `<name>_queue_…`, of what waits to be `worked` ("written", "passed over").
+    pub fn register(registry: &mut Registry, name: &str, keys: &str, worked: &str) -> Self {
+        let depth = registered(
+            registry,
+            &format!("{name}_queue_depth"),
+            &format!(
+                "{keys} waiting to be {worked} (now, at a later instant, or once more after the work under way): at most the distinct {keys}"
+            ),
+        );
+        let oldest = registered(
+            registry,
+            &format!("{name}_queue_oldest_seconds"),
+            &format!("How long the one of the {keys} waiting longest to be {worked} now has waited"),
+        );
+        let retries = registered(
+            registry,
+            &format!("{name}_queue_retries"),
+            &format!("How many times one of the {keys} was put back after failed work, each after its own backoff"),
+        );
+        QueueMetrics { depth, oldest, retries, seen: parking_lot::Mutex::new(0) }
+    }
+
+    pub fn set<K: Clone + Eq + std::hash::Hash + Send + 'static>(&self, queue: &super::queue::WorkQueue<K>) {
+        self.depth.set(i64::try_from(queue.depth()).unwrap_or(i64::MAX));
+        self.oldest.set(i64::try_from(queue.oldest().as_secs()).unwrap_or(i64::MAX));
+        let retries = queue.retries();
+        let mut seen = self.seen.lock();
+        self.retries.inc_by(retries.saturating_sub(*seen));
+        *seen = (*seen).max(retries);
+    }
+}
+
 /// `edgegate_hub_token_expiry_timestamp_seconds`, when the hub's kubeconfig has a token that
 /// expires (see [`super::client::hub_token_expiry`]); an alert fires weeks before.
 pub fn register_hub_token_expiry(registry: &mut Registry, hub: &super::flags::HubArgs) {

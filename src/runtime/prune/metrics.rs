@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use crate::runtime::metrics::{ResultLabels, registered};
+use crate::runtime::metrics::{QueueMetrics, ResultLabels, registered};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -21,6 +21,8 @@ pub struct Metrics {
     synced: Gauge,
     copies: Gauge,
     waiting_for_producer: Gauge,
+    /// `edgegate-pruner`'s work queue (the producer's is its own metrics').
+    queue: Option<QueueMetrics>,
     /// Registered only with `--exact-spelling`.
     noncanonical: Option<Family<SpellingLabels, Gauge>>,
 }
@@ -43,11 +45,12 @@ impl Metrics {
         let mut registry = Registry::with_prefix("edgegate");
         crate::runtime::metrics::register_undecodable(&mut registry);
         let leader = registered(&mut registry, "leader", "1 while this replica holds the Lease and may delete");
-        Self::families(registry, leader)
+        let queue = QueueMetrics::register(&mut registry, "prune", "namespaces", "passed over");
+        Metrics { queue: Some(queue), ..Self::families(registry, leader) }
     }
 
     /// Inside `edgegate-producer --prune`: only the pruner's own families, beside the producer's
-    /// (which has the process-wide ones: one Lease, one `edgegate_leader`).
+    /// (which has the process-wide ones: one Lease, one `edgegate_leader`, the one work queue's).
     pub fn embedded() -> Self {
         Self::families(Registry::with_prefix("edgegate"), Gauge::default())
     }
@@ -73,7 +76,17 @@ impl Metrics {
         for result in results.into_iter().chain([TERMINATING]) {
             let _ = deletions.get_or_create(&ResultLabels { result });
         }
-        Metrics { registry, deletions, pass_duration, leader, synced, copies, waiting_for_producer, noncanonical: None }
+        Metrics {
+            registry,
+            deletions,
+            pass_duration,
+            leader,
+            synced,
+            copies,
+            waiting_for_producer,
+            noncanonical: None,
+            queue: None,
+        }
     }
 
     /// With `edgegate_prune_noncanonical_addresses{in}`, for `--exact-spelling`. It is not
@@ -109,6 +122,13 @@ impl Metrics {
 
     pub fn pass(&self, took: Duration) {
         self.pass_duration.observe(took.as_secs_f64());
+    }
+
+    /// `edgegate-pruner`'s work queue, before a scrape.
+    pub fn set_queue(&self, queue: &crate::runtime::queue::WorkQueue<String>) {
+        if let Some(metrics) = &self.queue {
+            metrics.set(queue);
+        }
     }
 
     pub fn set_waiting_for_producer(&self, waited: Duration) {

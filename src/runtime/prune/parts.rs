@@ -108,6 +108,7 @@ impl Parts {
             metrics: Arc::clone(&self.pruner.metrics),
             leader: self.pruner.leader.clone(),
             gate: self.pruner.gate.clone(),
+            queue: self.pruner.queue.clone(),
         }
     }
 }
@@ -171,6 +172,7 @@ pub struct Admin {
     metrics: Arc<Metrics>,
     leader: Leadership,
     gate: Option<Arc<dyn Gate>>,
+    queue: WorkQueue<String>,
 }
 
 impl Admin {
@@ -183,6 +185,7 @@ impl Admin {
         let synced = self.records.synced() && self.copies.synced();
         self.metrics.set_state(self.leader.is_leader(), synced, self.copies.len());
         self.metrics.set_waiting_for_producer(self.gate.as_ref().map(|g| g.waited_for()).unwrap_or_default());
+        self.metrics.set_queue(&self.queue);
     }
 }
 
