@@ -54,7 +54,7 @@ impl Metrics {
 
     pub fn new() -> Self {
         let mut registry = Registry::with_prefix("edgegate");
-        edgegate::runtime::metrics::register_undecodable(&mut registry);
+        edgegate::index::source::follow::register_undecodable(&mut registry);
         let projects = registered(&mut registry, "producer_projects", "Engaged projects, by state: synced or unsynced");
         let project_synced = registered(
             &mut registry,

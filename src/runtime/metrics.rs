@@ -72,16 +72,6 @@ pub fn register_hub_token_expiry(registry: &mut Registry, hub: &super::flags::Hu
     }
 }
 
-/// `edgegate_undecodable_objects_total{kind}`: objects the process's watches delivered that
-/// could not be decoded, and were skipped ([`crate::index::source::follow`]).
-pub fn register_undecodable(registry: &mut Registry) {
-    registry.register(
-        "undecodable_objects",
-        "Objects a watch delivered that could not be decoded (skipped; where they matter, their namespace is unreadable)",
-        crate::index::source::follow::UNDECODABLE.clone(),
-    );
-}
-
 /// The text exposition of `registry`.
 pub fn encode(registry: &Registry) -> String {
     encode_all(&[registry])

@@ -44,7 +44,7 @@ impl Metrics {
 
     pub fn new() -> Self {
         let mut registry = Registry::with_prefix("edgegate");
-        edgegate::runtime::metrics::register_undecodable(&mut registry);
+        edgegate::index::source::follow::register_undecodable(&mut registry);
         let r = &mut registry;
         let reviews =
             registered(r, "admission_reviews", "AdmissionReviews answered, by operation, decision and dryRun");

@@ -30,10 +30,24 @@ pub struct KindLabels {
     pub kind: String,
 }
 
-/// Objects delivered that could not be decoded, by kind, for the whole process: registered by
-/// each binary as `edgegate_undecodable_objects_total`
-/// (`runtime::metrics::register_undecodable`).
-pub static UNDECODABLE: LazyLock<Family<KindLabels, Counter>> = LazyLock::new(Family::default);
+/// Objects delivered that could not be decoded, by kind, for the whole process (every watch
+/// counts here): each binary registers it ([`register_undecodable`]).
+static UNDECODABLE: LazyLock<Family<KindLabels, Counter>> = LazyLock::new(Family::default);
+
+/// `edgegate_undecodable_objects_total{kind}`: objects the process's watches delivered that
+/// could not be decoded, and were skipped.
+pub fn register_undecodable(registry: &mut prometheus_client::registry::Registry) {
+    registry.register(
+        "undecodable_objects",
+        "Objects a watch delivered that could not be decoded (skipped; where they matter, their namespace is unreadable)",
+        UNDECODABLE.clone(),
+    );
+}
+
+/// How many objects of `kind` could not be decoded so far.
+pub fn undecodable(kind: &str) -> u64 {
+    UNDECODABLE.get_or_create(&KindLabels { kind: kind.to_owned() }).get()
+}
 
 /// Where an object that could not be decoded was delivered.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -333,9 +333,7 @@ mod tests {
         send.send_response(Response::new(watch_body(&[deleted])));
         let (_request, _send) = handle.next_request().await.expect("re-watch");
         assert!(matches!(store.lookup("ns-a"), RecordState::Absent), "deleted: no record");
-        let counted = crate::index::source::follow::UNDECODABLE
-            .get_or_create(&crate::index::source::follow::KindLabels { kind: "EdgeReachability".into() })
-            .get();
+        let counted = crate::index::source::follow::undecodable("EdgeReachability");
         assert!(counted >= 3, "counted: {counted}");
         task.abort();
     }

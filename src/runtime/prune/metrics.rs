@@ -43,7 +43,7 @@ impl Metrics {
     /// `edgegate-pruner`'s: every metric of the process.
     pub fn new() -> Self {
         let mut registry = Registry::with_prefix("edgegate");
-        crate::runtime::metrics::register_undecodable(&mut registry);
+        crate::index::source::follow::register_undecodable(&mut registry);
         let leader = registered(&mut registry, "leader", "1 while this replica holds the Lease and may delete");
         let queue = QueueMetrics::register(&mut registry, "prune", "namespaces", "passed over");
         Metrics { queue: Some(queue), ..Self::families(registry, leader) }
