@@ -584,6 +584,21 @@ async fn a_due_copy_waits_for_the_evidence_then_goes_within_the_shipped_rbac() {
     assert_eq!(reads, 1, "the record is read once, right before the DELETE");
 }
 
+/// With a zero grace nothing is held, so a due copy has no due instant: the evidence is asked all
+/// the same (failed on 53a9e40: the verdict's doubt was skipped for want of a due instant, and
+/// the copy deleted on the record's silence alone).
+#[tokio::test(start_paused = true)]
+async fn with_no_grace_the_evidence_is_still_asked() {
+    let copies = vec![copy("ns-a", "web", &["fd00::9"])];
+    let (mut pruner, log, _) = held_pruner(vec![record("ns-a", &[])], copies, Duration::ZERO, Duration::ZERO);
+    let (again_tx, _again) = mpsc::unbounded_channel();
+    pruner.gate = Some(Arc::new(OnceHeld { asked: Default::default(), again: again_tx }));
+    let ns = Scope::Namespace("ns-a".into());
+    assert_eq!(pruner.pass(&ns).await, [Outcome::Skipped], "due at once, held by the evidence");
+    assert_eq!(log.lock().expect("log").iter().filter(|s| s.method == "DELETE").count(), 0);
+    assert_eq!(pruner.pass(&ns).await, [Outcome::Deleted], "allowed now");
+}
+
 /// A record that cannot be read right before the DELETE keeps the copy, and counts as an error
 /// (the deletions-failing alert), not as a copy judged again.
 #[tokio::test]

@@ -262,14 +262,17 @@ impl SnapshotSink<NamespaceMeta> for HubWriter {
 impl SnapshotSink<EdgeReachability> for HubWriter {
     fn replace(&mut self, list: Vec<EdgeReachability>, undecodable: Vec<kube::core::error_boundary::InvalidObject>) {
         let wanted = |r: &EdgeReachability| r.name_any() == self.view.record_name;
-        *self.view.undecodable.write() = undecodable
+        let unreadable: HashSet<String> = undecodable
             .iter()
             .filter(|bad| bad.metadata.name.as_deref() == Some(self.view.record_name.as_str()))
             .filter_map(|bad| bad.metadata.namespace.clone())
             .collect();
         let records: HashMap<String, HubRecord> =
             list.iter().filter(|r| wanted(r)).map(|r| (r.namespace().unwrap_or_default(), HubRecord::of(r))).collect();
-        self.view.observed(records.iter().map(|(ns, r)| (ns.as_str(), Some(r))));
+        // A record that cannot be decoded is shown as unknown: what it names then is not known.
+        let shown = records.iter().map(|(ns, r)| (ns.as_str(), Some(r)));
+        self.view.observed(shown.chain(unreadable.iter().map(|ns| (ns.as_str(), None))));
+        *self.view.undecodable.write() = unreadable;
         *self.view.records.write() = records;
         self.view.records_synced.store(true, Ordering::Release);
         self.changes.mark(Change::All);
@@ -277,10 +280,12 @@ impl SnapshotSink<EdgeReachability> for HubWriter {
     fn applied(&mut self, record: EdgeReachability) {
         if record.name_any() == self.view.record_name {
             let ns = record.namespace().unwrap_or_default();
-            self.view.undecodable.write().remove(&ns);
             let seen = HubRecord::of(&record);
             self.view.observed([(ns.as_str(), Some(&seen))]);
+            // The record in before the mark goes: a lookup between the two sees it unreadable,
+            // never the record from before it turned undecodable.
             let previous = self.view.records.write().insert(ns.clone(), seen.clone());
+            self.view.undecodable.write().remove(&ns);
             // Addresses changed by someone else (the producer's own writes are in the view
             // already) are put right at once: the pruner withdraws what a record stops naming
             // after its grace, well before a resync would come round.

@@ -31,6 +31,13 @@ impl Pacer {
         Pacer { pace, next: Mutex::new(None), closed: CancellationToken::new() }
     }
 
+    /// Hand out no more turns once `closed` is cancelled (shutdown): no worker polled in the same
+    /// instant takes one after it.
+    pub fn closed_by(mut self, closed: CancellationToken) -> Self {
+        self.closed = closed;
+        self
+    }
+
     /// Hand out no more turns.
     pub fn close(&self) {
         self.closed.cancel();

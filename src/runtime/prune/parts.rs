@@ -89,7 +89,7 @@ impl Parts {
             copies,
             selector: deletion.copy_selector.clone(),
             dry_run: deletion.dry_run,
-            pacer: Pacer::per_second(deletion.max_deletes_per_second),
+            pacer: Pacer::per_second(deletion.max_deletes_per_second).closed_by(controller.shutdown.child_token()),
             grace,
             gate,
             queue,

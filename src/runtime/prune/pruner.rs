@@ -212,9 +212,11 @@ impl Pruner {
         let facts = Facts { may_delete: self.may_delete(), due, present: current.is_some(), unnamed: now.is_some() };
         // The evidence judges the copy as it is now (its addresses may have changed since it was
         // planned), the one the DELETE's preconditions name.
+        // With a zero grace nothing is held, so nothing has a due instant: due now. Never skip the
+        // gate for want of one.
         let doubt = || {
-            let (gate, now, due_at) = (self.gate.as_ref()?, now.as_ref()?, due_at?);
-            gate.doubt(now, due_at, clock::now())
+            let (gate, now) = (self.gate.as_ref()?, now.as_ref()?);
+            gate.doubt(now, due_at.unwrap_or_else(clock::now), clock::now())
         };
         match verdict(&facts, doubt) {
             Verdict::Delete => return now,
