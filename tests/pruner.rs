@@ -427,6 +427,30 @@ async fn a_large_withdrawal_is_paced_and_complete() {
     assert_eq!(deletes, 20);
 }
 
+/// A large withdrawal holds its worker for a bounded while: a pass carries out at most 32 due
+/// deletions and waits at most 1 s for a turn; the rest bring the namespace round again (at
+/// once, behind the others' work, or when the turn comes), none dropped.
+#[tokio::test(start_paused = true)]
+async fn a_large_withdrawal_comes_round_in_bounded_passes() {
+    let copies: Vec<Value> =
+        (0..40).map(|i| copy("ns-a", &format!("web-{i:02}"), &[&format!("fd00::{i:x}")])).collect();
+    let (pruner, log, _) = pruner_with(vec![record("ns-a", &[])], copies, Duration::from_millis(200));
+    let ns = Scope::Namespace("ns-a".into());
+    let started = tokio::time::Instant::now();
+    let first = pruner.pass(&ns).await;
+    let deferred = first.iter().filter(|o| **o == Outcome::Deferred).count();
+    assert_eq!(first.len(), 32, "32 due deletions a pass");
+    assert_eq!(first.iter().filter(|o| **o == Outcome::Deleted).count() + deferred, 32);
+    assert!(deferred >= 20, "turns over 1 s off deferred: {first:?}");
+    assert!(started.elapsed() <= Duration::from_millis(1_500), "the pass held its worker {:?}", started.elapsed());
+    assert_eq!(pruner.queue.depth(), 1, "the namespace comes round again");
+    for _ in 0..20 {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        pruner.pass(&ns).await;
+    }
+    assert_eq!(log.lock().expect("log").iter().filter(|s| s.method == "DELETE").count(), 40, "none dropped");
+}
+
 #[tokio::test(start_paused = true)]
 async fn the_pace_holds_across_passes() {
     // Two namespaces withdrawn at once: one pass each, one pace for both (it used to start afresh

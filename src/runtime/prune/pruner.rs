@@ -16,7 +16,7 @@ use crate::index::Change;
 use crate::index::clock;
 use crate::index::copies::CopyIndex;
 use crate::index::dirty::Dirty;
-use crate::index::pace::Pacer;
+use crate::index::pace::{Pacer, Turn};
 use crate::index::prune::plan;
 use crate::runtime::lease::Leadership;
 use crate::runtime::queue::{self, WorkQueue};
@@ -34,6 +34,16 @@ use crate::runtime::prune::metrics::Metrics;
 
 /// Deletions (each a DELETE and its Event) a pass has in flight at once.
 const IN_FLIGHT: usize = 8;
+
+/// The most due deletions one pass carries out; a namespace with more is queued again behind the
+/// others' work: a large withdrawal holds its worker for about a second at a time, not for as
+/// long as the pace takes to get through it (the producer's record writes wait for the same
+/// workers).
+const PER_PASS: usize = 32;
+
+/// The longest a pass waits for its deletions' pacer turns, from its start; a turn further off
+/// brings the namespace round again then.
+const TURN_WAIT: Duration = Duration::from_secs(1);
 
 /// A held deletion: the copy by namespace, name and uid (a copy re-created is a new one).
 pub type CopyKey = (String, String, Option<String>);
@@ -103,6 +113,10 @@ pub enum Outcome {
     /// Not attempted: the lease was lost, a cache went unsynced, or the record changed since.
     Skipped,
     Error,
+    /// Its pacer turn comes more than [`TURN_WAIT`] after its pass began: its namespace is passed
+    /// over again then.
+    /// Not a result (not counted): it is judged again in that pass.
+    Deferred,
 }
 
 impl Outcome {
@@ -118,6 +132,7 @@ impl Outcome {
             Outcome::DryRun => "dry_run",
             Outcome::Skipped => "skipped",
             Outcome::Error => "error",
+            Outcome::Deferred => "deferred",
         }
     }
 }
@@ -154,11 +169,20 @@ impl Pruner {
         }
         let planned = plan(self.records.as_ref(), &self.copies, &self.selector, scope);
         self.metrics.deletions_by(crate::runtime::prune::metrics::TERMINATING, planned.terminating as u64);
-        let due = self.due(scope, planned.deletions);
+        let mut due = self.due(scope, planned.deletions);
+        if let Scope::Namespace(ns) = scope
+            && due.len() > PER_PASS
+        {
+            due.truncate(PER_PASS);
+            self.queue.add(ns.clone());
+        }
+        let turns_by = clock::now() + TURN_WAIT;
         let outcomes = futures::stream::iter(due)
             .map(|planned| async move {
-                let outcome = self.carry_out(&planned).await;
-                self.metrics.deletion(outcome.label());
+                let outcome = self.carry_out(&planned, turns_by).await;
+                if outcome != Outcome::Deferred {
+                    self.metrics.deletion(outcome.label());
+                }
                 outcome
             })
             .buffered(IN_FLIGHT)
@@ -237,15 +261,20 @@ impl Pruner {
     /// Judge the copy again as it is now, wait for its turn, judge once more, then delete it
     /// with preconditions.
     #[tracing::instrument(name = "copy", skip_all, fields(namespace = %planned.namespace, name = %planned.name))]
-    async fn carry_out(&self, planned: &Deletion) -> Outcome {
+    async fn carry_out(&self, planned: &Deletion, turns_by: Instant) -> Outcome {
         let Some(now) = self.judge_again(planned) else { return Outcome::Skipped };
         if self.dry_run {
             let (ns, name, addresses) = (&now.namespace, &now.name, &now.addresses);
             tracing::info!(namespace = %ns, name = %name, ?addresses, "dry run: would delete copy the record no longer names");
             return Outcome::DryRun;
         }
-        if !self.pacer.turn().await {
-            return Outcome::Skipped; // shutting down
+        match self.pacer.turn_within(turns_by.saturating_duration_since(clock::now())).await {
+            Turn::Taken => {}
+            Turn::Closed => return Outcome::Skipped, // shutting down
+            Turn::At(at) => {
+                self.queue.add_at(now.namespace.clone(), at);
+                return Outcome::Deferred;
+            }
         }
         // The evidence confirmed live (a project cut off silently still looks whole in memory),
         // before the last judgement and the record's read: nothing but the DELETE comes after.
