@@ -184,10 +184,16 @@ impl RecordSource for HubView {
                 "the hub's records have not been listed since the watch began or failed".into(),
             );
         }
-        // Records before the undecodable mark, as the record store reads them.
+        // The mark, the record, the mark again: a record that turns undecodable meanwhile shows
+        // in the second look, one that decodes again is in the view before its mark goes (the
+        // watch's order), so the record from before it turned undecodable is never answered.
+        let unreadable = || RecordState::Unavailable(format!("the record in {namespace} cannot be decoded"));
+        if self.undecodable(namespace) {
+            return unreadable();
+        }
         let record = self.records.read().get(namespace).map(HubRecord::normalised);
         if self.undecodable(namespace) {
-            return RecordState::Unavailable(format!("the record in {namespace} cannot be decoded"));
+            return unreadable();
         }
         record.map_or(RecordState::Absent, |r| RecordState::Present(Arc::new(r)))
     }
@@ -272,8 +278,11 @@ impl SnapshotSink<EdgeReachability> for HubWriter {
         // A record that cannot be decoded is shown as unknown: what it names then is not known.
         let shown = records.iter().map(|(ns, r)| (ns.as_str(), Some(r)));
         self.view.observed(shown.chain(unreadable.iter().map(|ns| (ns.as_str(), None))));
-        *self.view.undecodable.write() = unreadable;
+        // New marks before the records, old ones gone only after: a lookup in between sees a
+        // namespace changing either way as unreadable.
+        self.view.undecodable.write().extend(unreadable.iter().cloned());
         *self.view.records.write() = records;
+        *self.view.undecodable.write() = unreadable;
         self.view.records_synced.store(true, Ordering::Release);
         self.changes.mark(Change::All);
     }

@@ -35,14 +35,10 @@ use crate::runtime::prune::metrics::Metrics;
 /// Deletions (each a DELETE and its Event) a pass has in flight at once.
 const IN_FLIGHT: usize = 8;
 
-/// The most due deletions one pass carries out; a namespace with more is queued again behind the
-/// others' work: a large withdrawal holds its worker for about a second at a time, not for as
-/// long as the pace takes to get through it (the producer's record writes wait for the same
-/// workers).
-const PER_PASS: usize = 32;
-
 /// The longest a pass waits for its deletions' pacer turns, from its start; a turn further off
-/// brings the namespace round again then.
+/// brings the namespace round again then. So a large withdrawal holds its worker for about a
+/// second at a time, not for as long as the pace takes to get through it (the producer's record
+/// writes wait for the same workers), and every due copy is judged in every pass.
 const TURN_WAIT: Duration = Duration::from_secs(1);
 
 /// A held deletion: the copy by namespace, name and uid (a copy re-created is a new one).
@@ -169,13 +165,7 @@ impl Pruner {
         }
         let planned = plan(self.records.as_ref(), &self.copies, &self.selector, scope);
         self.metrics.deletions_by(crate::runtime::prune::metrics::TERMINATING, planned.terminating as u64);
-        let mut due = self.due(scope, planned.deletions);
-        if let Scope::Namespace(ns) = scope
-            && due.len() > PER_PASS
-        {
-            due.truncate(PER_PASS);
-            self.queue.add(ns.clone());
-        }
+        let due = self.due(scope, planned.deletions);
         let turns_by = clock::now() + TURN_WAIT;
         let outcomes = futures::stream::iter(due)
             .map(|planned| async move {
