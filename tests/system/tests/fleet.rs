@@ -13,7 +13,7 @@ use std::time::Instant;
 
 use edgegate_system_tests::helpers::*;
 use edgegate_system_tests::milo::{Fault, Milo, PROJECT_LABEL, world};
-use edgegate_system_tests::pod::{Rewrite, RunningPod, run};
+use edgegate_system_tests::pod::{Render, Rewrite, RunningPod, run};
 use edgegate_system_tests::shipped;
 use edgegate_system_tests::soak::project::put;
 use futures::StreamExt;
@@ -203,13 +203,24 @@ async fn copy_collected(hub: Client, ns: String, address: &'static str) -> Durat
     started.elapsed()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "minutes: scripts/fleet.sh"]
-async fn fleet() {
-    let total: usize = std::env::var("FLEET_PROJECTS").ok().and_then(|v| v.parse().ok()).unwrap_or(1_000);
-    // The serving projects come first: the step to `total / 5` engages serving ones only, the
-    // last one idle ones only, so each kind's cost is a slope of its own.
-    let steps: Vec<usize> = [total / 10, total / 5, total].into_iter().filter(|s| *s > 0).collect();
+/// `FLEET_PROJECTS`, 1,000 by default.
+fn projects_wanted() -> usize {
+    std::env::var("FLEET_PROJECTS").ok().and_then(|v| v.parse().ok()).unwrap_or(1_000)
+}
+
+/// The hub and the project control plane behind the Milo stand-in, each a real API server, and
+/// components/producer with producer-milo rendered for them.
+struct Installed {
+    hub_cp: ControlPlane,
+    /// Kept for as long as the test runs: its API server serves the projects.
+    backing_cp: ControlPlane,
+    hub: Client,
+    backing: Client,
+    milo: Milo,
+    render: Render,
+}
+
+async fn installed() -> Installed {
     let hub_cp = ControlPlane::own();
     let backing_cp = ControlPlane::own();
     let (hub, backing) = (hub_cp.client().await, backing_cp.client().await);
@@ -218,6 +229,17 @@ async fn fleet() {
     tokio::time::sleep(Duration::from_secs(3)).await;
     let milo = Milo::start(&backing_cp).await;
     let render = shipped::install_with_milo("fleet", &hub_cp, &backing_cp, &milo, &[]).await;
+    Installed { hub_cp, backing_cp, hub, backing, milo, render }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "minutes: scripts/fleet.sh"]
+async fn fleet() {
+    let total = projects_wanted();
+    // The serving projects come first: the step to `total / 5` engages serving ones only, the
+    // last one idle ones only, so each kind's cost is a slope of its own.
+    let steps: Vec<usize> = [total / 10, total / 5, total].into_iter().filter(|s| *s > 0).collect();
+    let Installed { hub_cp, backing_cp: _backing_cp, hub, backing, milo, render } = installed().await;
 
     let made = Instant::now();
     let serving = (total / 5).max(3);
@@ -577,15 +599,9 @@ async fn serve_slow_hub(hub: &Client, delays: Arc<Mutex<SlowHub>>) -> tokio::tas
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "minutes: scripts/fleet.sh --slow-hub"]
 async fn slow_hub_fleet() {
-    let total: usize = std::env::var("FLEET_PROJECTS").ok().and_then(|v| v.parse().ok()).unwrap_or(1_000);
-    let hub_cp = ControlPlane::own();
-    let backing_cp = ControlPlane::own();
-    let (hub, backing) = (hub_cp.client().await, backing_cp.client().await);
-    install_crd(&hub).await;
-    world::install_crds(&backing_cp);
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    let milo = Milo::start(&backing_cp).await;
-    let render = shipped::install_with_milo("fleet", &hub_cp, &backing_cp, &milo, &[]).await;
+    let total = projects_wanted();
+    // Everything bound, to the end: a part dropped would stop its API server or the stand-in.
+    let Installed { hub_cp, backing_cp: _backing_cp, hub, backing, milo: _milo, render } = installed().await;
     let hub_namespaces: Vec<String> = futures::stream::iter(0..total)
         .map(|i| {
             let (backing, hub) = (backing.clone(), hub.clone());
