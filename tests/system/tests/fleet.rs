@@ -183,11 +183,7 @@ async fn change(
 
 /// Until every change sent is named and every address it replaced has left; what was measured.
 async fn settle(probe: &Mutex<Probe>) -> (Vec<Duration>, Vec<Duration>, usize) {
-    eventually(Duration::from_secs(120), "every change named and withdrawn", async || {
-        probe.lock().expect("probe").settled()
-    })
-    .await;
-    probe.lock().expect("probe").take()
+    settle_within(probe, Duration::from_secs(120)).await
 }
 
 /// A copy of `address`, which nothing serves, in `ns`: how long until it is collected.
