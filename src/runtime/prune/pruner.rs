@@ -151,11 +151,9 @@ impl Pruner {
     pub async fn pass(&self, scope: &Scope) -> Vec<Outcome> {
         use futures::StreamExt;
         let started = Instant::now();
-        self.metrics.set_state(
-            self.leader.is_leader(),
-            self.records.synced() && self.copies.synced(),
-            self.copies.len(),
-        );
+        // The state gauges are brought up to date at each scrape (parts::Admin::refresh): a
+        // pass is one namespace now, and counting every copy in every pass would make a resync
+        // over N namespaces cost N².
         if !self.may_delete() {
             // Nothing observed now: runs must not span the gap (the record may name a copy again
             // meanwhile, unseen), so each starts again once this replica looks again.
