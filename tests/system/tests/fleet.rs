@@ -726,3 +726,92 @@ async fn settle_within(probe: &Mutex<Probe>, limit: Duration) -> (Vec<Duration>,
     eventually(limit, "every change named and withdrawn", async || probe.lock().expect("probe").settled()).await;
     probe.lock().expect("probe").take()
 }
+
+/// The producer at ten thousand projects, one replica (components/producer and producer-milo as
+/// rendered; `FLEET_PROJECTS`, 10,000 by default; one in five serving, the rest idle): a cold
+/// start engaging every project at once. Goals (docs/performance.md): every record written within
+/// 10 min at ≤ 100 requests/s to Milo, RSS ≤ 1 GiB, and then change → record p99 ≤ 1 s for
+/// changes at 20/s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "about half an hour: scripts/fleet.sh --large"]
+async fn large_fleet() {
+    let total: usize = std::env::var("FLEET_PROJECTS").ok().and_then(|v| v.parse().ok()).unwrap_or(10_000);
+    let serving = (total / 5).max(3);
+    // Everything bound, to the end: a part dropped would stop its API server or the stand-in.
+    let Installed { hub_cp, backing_cp: _backing_cp, hub, backing, milo, render } = installed().await;
+    let made = Instant::now();
+    let hub_namespaces: Vec<String> = futures::stream::iter(0..total)
+        .map(|i| {
+            let (backing, hub) = (backing.clone(), hub.clone());
+            async move { make_project(&backing, &hub, i, i < serving).await }
+        })
+        .buffered(16)
+        .collect()
+        .await;
+    set_ready(&backing, 0..total, "True").await;
+    eprintln!("fleet: large: {total} projects made and Ready in {:?}, the first {serving} serving", made.elapsed());
+    let probe = Arc::new(Mutex::new(Probe::default()));
+    {
+        let mut probe = probe.lock().expect("probe");
+        for (i, ns) in hub_namespaces.iter().enumerate().take(serving) {
+            probe.to_name.insert((ns.clone(), address(i, 0)), Instant::now());
+        }
+    }
+    let watching = watch_records(hub.clone(), Arc::clone(&probe));
+
+    // Milo's requests a second while the producer starts, sampled each second: the highest
+    // second, and the highest ten.
+    let milo = Arc::new(milo);
+    let rates = Arc::new(Mutex::new(Vec::<u64>::new()));
+    let sampling = {
+        let (milo, rates) = (Arc::clone(&milo), Arc::clone(&rates));
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(Duration::from_secs(1));
+            let mut last = milo.requests().values().sum::<u64>();
+            loop {
+                tick.tick().await;
+                let now = milo.requests().values().sum::<u64>();
+                rates.lock().expect("rates").push(now - last);
+                last = now;
+            }
+        })
+    };
+    let started = Instant::now();
+    let pod = run(&hub_cp, &render, "edgegate-producer", 0, &[Rewrite::ListenAddress, Rewrite::MountPath]).await;
+    all_whole(&pod, total as u64, Duration::from_secs(900)).await;
+    settle_within(&probe, Duration::from_secs(900)).await;
+    let cold = started.elapsed();
+    sampling.abort();
+    let rates = rates.lock().expect("rates").clone();
+    let peak = rates.iter().copied().max().unwrap_or(0);
+    let peak_ten = rates.windows(10).map(|w| w.iter().sum::<u64>() as f64 / 10.0).fold(0.0, f64::max);
+    let mean = rates.iter().sum::<u64>() as f64 / rates.len().max(1) as f64;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let rss = rss_mib(&pod.process);
+    eprintln!(
+        "fleet: large: cold start, {total} projects whole and every serving record written {cold:.1?} after the Pod was started; Milo's requests a second: mean {mean:.1}, highest ten seconds {peak_ten:.1}, highest second {peak}; RSS {rss} MiB ({:.0} KiB a project), {} sockets",
+        rss as f64 * 1024.0 / total as f64,
+        sockets(&pod),
+    );
+
+    let mut generations = vec![0; serving];
+    let took =
+        change(&backing, &hub_namespaces, 0..serving, &mut generations, &probe, 20.0, Duration::from_secs(60)).await;
+    let (named, withdrawn, superseded) = settle(&probe).await;
+    let p99 = percentile(&named, 0.99);
+    eprintln!(
+        "fleet: large: {} changes at 20/s over {serving} serving projects ({took:.1?}; {superseded} superseded): named after median {:.1?}, p99 {p99:.1?}, max {:.1?}; the old one leaves after median {:.1?}",
+        named.len(),
+        percentile(&named, 0.5),
+        percentile(&named, 1.0),
+        percentile(&withdrawn, 0.5),
+    );
+    watching.abort();
+
+    if total >= 10_000 {
+        assert!(cold <= Duration::from_secs(600), "cold start took {cold:?}, over 10 min");
+        assert!(peak_ten <= 100.0, "{peak_ten:.1} requests a second to Milo over ten seconds, over 100");
+        assert!(rss <= 1024, "RSS {rss} MiB, over 1 GiB");
+        assert!(p99 <= Duration::from_secs(1), "change → record p99 {p99:?}, over 1 s");
+    }
+}
