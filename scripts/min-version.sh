@@ -210,6 +210,8 @@ renders=(
   deploy/overlays/dev
   deploy/overlays/karmada-hub/hub
   deploy/overlays/karmada-hub/host
+  deploy/milo
+  deploy/project
   user/observe-all-features
   user/enforce-all-features
   user/enforce-without-crd

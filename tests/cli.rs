@@ -109,13 +109,18 @@ fn check_old_judges_an_update() {
 
 #[test]
 fn deploy_keeps_the_generated_producer_roles() {
-    let (code, printed) = edgegate(&["rbac", "--producer"]);
-    assert_eq!(code, 0);
-    let kept = std::fs::read_to_string(repo("deploy/components/producer/roles.yaml")).expect("roles");
-    assert_eq!(
-        printed, kept,
-        "deploy/components/producer/roles.yaml is stale: run `cargo run -q --bin edgegate -- rbac --producer > deploy/components/producer/roles.yaml`"
-    );
+    for (flag, file) in [
+        ("--producer", "deploy/components/producer/roles.yaml"),
+        ("--milo", "deploy/milo/roles.yaml"),
+        ("--project", "deploy/project/roles.yaml"),
+    ] {
+        let (code, printed) = edgegate(&["rbac", flag]);
+        assert_eq!(code, 0);
+        let kept = std::fs::read_to_string(repo(file)).expect("roles");
+        assert_eq!(printed, kept, "{file} is stale: run `cargo run -q --bin edgegate -- rbac {flag} > {file}`");
+    }
+    let (code, _) = edgegate(&["rbac", "--producer", "--milo"]);
+    assert_eq!(code, 2, "one side at a time");
 }
 
 #[test]

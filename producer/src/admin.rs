@@ -7,12 +7,14 @@ use edgegate::runtime::admin::Probes;
 use edgegate::runtime::lease::Leadership;
 use edgegate::runtime::queue::WorkQueue;
 
+use crate::discovery::Discovery;
 use crate::engaged::Engaged;
 use crate::evidence::Evidence;
 use crate::metrics::Metrics;
 
 pub struct Admin {
     pub view: Arc<HubView>,
+    pub discovery: Discovery,
     pub engaged: Engaged,
     pub metrics: Arc<Metrics>,
     pub leader: Leadership,
@@ -24,13 +26,15 @@ pub struct Admin {
 }
 
 impl Probes for Admin {
-    /// Ready once the hub side works. A project that cannot be listed does not hold the replica
-    /// unready (that would stall every rollout for one bad kubeconfig): its records are left as
-    /// they are, and it shows in `edgegate_producer_project_synced{project}` and its alert.
+    /// Ready once the hub side works and the projects have been discovered once. A project that
+    /// cannot be listed does not hold the replica unready (that would stall every rollout for
+    /// one bad kubeconfig): its records are left as they are, and it shows in
+    /// `edgegate_producer_project_synced{project}` and its alert.
     fn ready(&self) -> Result<(), String> {
         if !self.view.synced() {
             return Err("hub namespaces and records not listed yet".into());
         }
+        self.discovery.ready()?;
         self.pruner.as_ref().map_or(Ok(()), Probes::ready)
     }
 
@@ -43,6 +47,7 @@ impl Probes for Admin {
             self.metrics.set_shards(owner.held().len(), owner.longest_vacancy());
         }
         self.metrics.set_queue(&self.queue);
+        self.metrics.set_milo_credential();
         if let Some(evidence) = &self.evidence {
             self.metrics.set_doubts(&evidence.doubts());
         }

@@ -32,6 +32,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::engaged::Engaged;
 use edgegate::core::plan::Deletion;
 use edgegate::core::record::Record;
 use edgegate::core::verdict::{self, Doubt, Owner, Watched};
@@ -125,8 +126,9 @@ pub struct Evidence {
     pub queue: WorkQueue<String>,
     waiting: Arc<Mutex<HashMap<String, Waiting>>>,
     liveness: Arc<Mutex<HashMap<String, Liveness>>>,
-    /// Sharing: only the copies of the projects whose buckets this replica holds are its to delete.
-    owner: Option<Ownership>,
+    /// Sharing: only the copies of the projects whose buckets this replica holds are its to
+    /// delete; every project discovered (offered to this replica, watched here or not).
+    owner: Option<(Ownership, Engaged)>,
     /// When `waiting` and `liveness` were last rid of what was forgotten.
     forgotten: Mutex<Option<Instant>>,
 }
@@ -154,25 +156,23 @@ impl Evidence {
         }
     }
 
-    /// Sharing: judge only the copies of projects whose buckets `owner` holds.
-    pub fn sharing(mut self, owner: Option<Ownership>) -> Self {
-        self.owner = owner;
+    /// Sharing: judge only the copies of projects whose buckets `owner` holds, of those
+    /// `engaged` discovers.
+    pub fn sharing(mut self, owner: Option<Ownership>, engaged: &Engaged) -> Self {
+        self.owner = owner.map(|o| (o, engaged.clone()));
         self
     }
 
     fn holds(&self, project: &str) -> bool {
-        self.owner.as_ref().is_none_or(|o| o.holds(project))
+        self.owner.as_ref().is_none_or(|(o, _)| o.holds(project))
     }
 
-    /// Sharing, a hub namespace no project watched here owns: is it another replica's? Yes when
-    /// its label names a project whose bucket this replica does not hold, or it has no label
-    /// (whichever replica watches the project with a namespace of that UID judges it).
+    /// Sharing, a hub namespace no project watched here owns: is it another replica's
+    /// ([`another_replicas`])?
     fn elsewhere(&self, hub_ns: &str) -> bool {
-        let Some(owner) = &self.owner else { return false };
-        match self.view.upstream_cluster(hub_ns) {
-            Some(label) => label.strip_prefix("cluster-").is_some_and(|project| !owner.holds(project)),
-            None => true,
-        }
+        let Some((owner, engaged)) = &self.owner else { return false };
+        let label = self.view.upstream_cluster(hub_ns);
+        another_replicas(label.as_deref(), |p| owner.holds(p), |p| engaged.is_engaged(p))
     }
 
     /// Forget namespaces not asked about for [`FORGOTTEN`] (their copies went, or were named) and
@@ -310,7 +310,7 @@ impl Gate for Evidence {
     }
 
     fn still_ours(&self, deletion: &Deletion) -> bool {
-        let Some(ownership) = &self.owner else { return true };
+        let Some((ownership, _)) = &self.owner else { return true };
         self.owner(&deletion.namespace).is_some_and(|(project, _, _)| ownership.deletes(&project))
     }
 
@@ -346,7 +346,7 @@ impl Gate for Evidence {
             return Box::pin(std::future::ready(false));
         };
         let (waiting, namespace) = (Arc::clone(&self.waiting), deletion.namespace.clone());
-        let owner = self.owner.clone();
+        let owner = self.owner.as_ref().map(|(o, _)| o.clone());
         Box::pin(async move {
             let answered = matches!(tokio::time::timeout(CONFIRM_WAIT, look).await, Ok(Ok(true)));
             if !answered {
@@ -398,9 +398,33 @@ async fn look(project: String, client: kube::Client, liveness: Arc<Mutex<HashMap
     }
 }
 
+/// Sharing, a hub namespace no project watched here owns: another replica's when its label names
+/// a project discovered (every replica discovers every project) whose bucket this one does not
+/// hold, or when it has no label (whichever replica watches the project with a namespace of that
+/// UID judges it). A label naming a project nobody discovered makes it nobody's: unwatched, on
+/// every replica, so it is counted and alerted on as it is without sharing.
+fn another_replicas(label: Option<&str>, holds: impl Fn(&str) -> bool, discovered: impl Fn(&str) -> bool) -> bool {
+    match label {
+        Some(label) => label.strip_prefix("cluster-").is_some_and(|p| discovered(p) && !holds(p)),
+        None => true,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Failed on the old rule (every labelled namespace not held here was "elsewhere", so one
+    /// whose project no replica discovered was counted unwatched on none).
+    #[test]
+    fn a_project_nobody_discovered_is_nobodys() {
+        let (mine, theirs) = (|p: &str| p == "mine", |p: &str| p == "mine" || p == "theirs");
+        assert!(another_replicas(Some("cluster-theirs"), mine, theirs), "discovered, another's bucket");
+        assert!(!another_replicas(Some("cluster-mine"), mine, theirs), "held here");
+        assert!(!another_replicas(Some("cluster-gone"), mine, theirs), "discovered by nobody: unwatched");
+        assert!(!another_replicas(Some("acme"), mine, theirs), "a label of another form: unwatched");
+        assert!(another_replicas(None, mine, theirs), "no label: whoever has the namespace's UID");
+    }
 
     fn evidence() -> Evidence {
         let memory = Memory::new(Duration::ZERO, Duration::ZERO);

@@ -12,6 +12,5 @@ pub mod metrics;
 pub mod outcome;
 pub mod producer;
 pub mod projects;
-pub mod projects_dir;
 pub mod run;
 pub mod watches;

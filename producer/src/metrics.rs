@@ -15,6 +15,14 @@ pub struct StateLabels {
     pub state: &'static str,
 }
 
+/// A gauge with no labels that has no sample until first set.
+type Unlabelled = Family<Vec<(String, String)>, Gauge>;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct SourceLabels {
+    pub source: &'static str,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ProjectLabels {
     pub project: String,
@@ -37,6 +45,14 @@ pub struct Metrics {
     shards: Option<(Gauge, Gauge)>,
     /// The work queue: distinct hub namespaces waiting, the oldest one's wait, retries so far.
     queue: QueueMetrics,
+    /// Discovery of the projects, by source ([`crate::discovery::Discovery`]).
+    discovery_synced: Family<SourceLabels, Gauge>,
+    discovery_listed_at: Family<SourceLabels, Gauge>,
+    discovery_failures: Family<SourceLabels, Counter>,
+    /// With --milo-kubeconfig: that file, and when its credential expires as it reads now (a
+    /// family without labels: no sample until an expiry is known, rather than a 0 that says
+    /// "expired in 1970").
+    milo: Option<(std::path::PathBuf, Unlabelled)>,
 }
 
 /// `{reason}` of [`edgegate::core::verdict::Doubt`].
@@ -86,6 +102,21 @@ impl Metrics {
             "Hub namespaces whose project label (meta.datumapis.com/upstream-cluster-name) names another project than the one whose record is written there",
         );
         let queue = QueueMetrics::register(&mut registry, "producer", "hub namespaces", "written");
+        let discovery_synced = registered(
+            &mut registry,
+            "producer_discovery_synced",
+            "1 while the projects are listed whole from their source (milo, directory or kubeconfig); 0 before the first list and after a failure, until the next",
+        );
+        let discovery_listed_at = registered(
+            &mut registry,
+            "producer_discovery_last_listed_timestamp_seconds",
+            "When the projects were last listed whole from their source (Unix seconds; 0: never)",
+        );
+        let discovery_failures = registered(
+            &mut registry,
+            "producer_discovery_failures",
+            "Failures to list or watch the projects' source (Milo's Projects, the directory)",
+        );
         // Every result from the start, at 0: an alert on increase() sees the first one.
         for result in crate::outcome::Written::COUNTED.map(crate::outcome::Written::label) {
             let _ = writes.get_or_create(&ResultLabels { result });
@@ -103,7 +134,44 @@ impl Metrics {
             mismatched,
             shards: None,
             queue,
+            discovery_synced,
+            discovery_listed_at,
+            discovery_failures,
+            milo: None,
         }
+    }
+
+    /// With the expiry of the credential in Milo's kubeconfig `path`, read at each scrape (a
+    /// token file or a certificate rotated since start shows).
+    pub fn with_milo_credential(mut self, path: Option<&std::path::Path>) -> Self {
+        if let Some(path) = path {
+            let expiry = registered(
+                &mut self.registry,
+                "producer_milo_credential_expiry_timestamp_seconds",
+                "When the credential of Milo's kubeconfig (its token's exp, its client certificate's notAfter: the earlier) expires, in seconds since the Unix epoch; no sample when neither says",
+            );
+            self.milo = Some((path.to_owned(), expiry));
+        }
+        self
+    }
+
+    /// Milo's credential expiry as its files read now (kept as it was when they say nothing).
+    pub fn set_milo_credential(&self) {
+        if let Some((path, gauge)) = &self.milo
+            && let Some(expiry) = edgegate::runtime::credential::expiry(path)
+        {
+            gauge.get_or_create(&Vec::new()).set(expiry);
+        }
+    }
+
+    /// The series of discovery from `source`: synced, last listed, failures.
+    pub fn discovery(&self, source: &'static str) -> (Gauge, Gauge, Counter) {
+        let labels = SourceLabels { source };
+        (
+            self.discovery_synced.get_or_create(&labels).clone(),
+            self.discovery_listed_at.get_or_create(&labels).clone(),
+            self.discovery_failures.get_or_create(&labels).clone(),
+        )
     }
 
     /// Sharing: the buckets' series too.

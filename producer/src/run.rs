@@ -3,7 +3,6 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use anyhow::Context;
 use std::sync::Arc;
 
 use edgegate::core::hold::Hold;
@@ -14,7 +13,6 @@ use edgegate::runtime::controller::Controller;
 use edgegate::runtime::prune::gate::Gate;
 use edgegate::runtime::queue::WorkQueue;
 use edgegate::runtime::shard::{LEAVING_ANNOTATION, Links, READY_ANNOTATION, ShardConfig, share};
-use edgegate::runtime::supervise::essential;
 use parking_lot::Mutex;
 
 use crate::admin::Admin;
@@ -25,7 +23,6 @@ use crate::memory::Memory;
 use crate::metrics::Metrics;
 use crate::producer::Producer;
 use crate::projects::Projects;
-use crate::projects_dir::{follow_projects_dir, stem};
 use crate::watches::start_hub_watches;
 use edgegate::runtime::prune::parts::{Parts, Records};
 
@@ -64,32 +61,9 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         controller.drain_with(Box::pin(hand_over(owner.clone(), leave)));
         owner
     });
-    match (&args.project_kubeconfig, &args.projects_dir, &args.milo_kubeconfig) {
-        (Some(file), _, _) => {
-            let name = args.project_name.clone().unwrap_or_else(|| stem(file));
-            engaged.engage(&name, edgegate::runtime::client::project_client(file).await?);
-            engaged.discovered();
-        }
-        (None, Some(dir), _) => {
-            let engaged = engaged.clone();
-            let dir = dir.clone();
-            essential("projects directory watch", shutdown, async move { follow_projects_dir(&dir, &engaged).await });
-        }
-        (None, None, Some(milo)) => {
-            let clients = edgegate::runtime::client::PathClients::new(Some(milo), None)
-                .await
-                .with_context(|| format!("Milo's kubeconfig {}", milo.display()))?;
-            let engaged = engaged.clone();
-            essential("Milo project watch", shutdown, async move {
-                if let Err(error) = crate::discovery::follow_milo(clients, engaged).await {
-                    tracing::error!(error = format!("{error:#}"), "following Milo's projects");
-                }
-            });
-        }
-        (None, None, None) => anyhow::bail!("give --project-kubeconfig, --projects-dir or --milo-kubeconfig"),
-    }
-    let metrics = Metrics::new().with_hub_token(&args.hub);
+    let metrics = Metrics::new().with_hub_token(&args.hub).with_milo_credential(args.milo_kubeconfig.as_deref());
     let metrics = Arc::new(if owner.is_some() { metrics.sharded() } else { metrics });
+    let discovery = crate::discovery::start(&args, &engaged, &metrics, shutdown).await?;
     let recorder = controller.recorder("edgegate-producer");
     let memory = Memory::new(args.withdraw_after, args.deletion.grace);
     // The namespaces to write (and, with --prune, to pass over): one key each.
@@ -100,7 +74,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         let whole_for = args.withdraw_after + args.deletion.grace;
         let (projects, clients) = (Arc::clone(&engaged.projects), Arc::clone(&engaged.clients));
         let evidence = Evidence::new(Arc::clone(&view), projects, clients, memory.clone(), whole_for, queue.clone());
-        let evidence = Arc::new(evidence.sharing(owner.clone()));
+        let evidence = Arc::new(evidence.sharing(owner.clone(), &engaged));
         let metrics = edgegate::runtime::prune::metrics::Metrics::embedded();
         let gate = Some(Arc::clone(&evidence) as Arc<dyn Gate>);
         let records = Records::View(Arc::clone(&view));
@@ -124,6 +98,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let (pruner, evidence) = pruning.unzip();
     let admin = Admin {
         view,
+        discovery,
         engaged: engaged.clone(),
         metrics,
         leader: controller.leader.clone(),

@@ -29,33 +29,6 @@ pub async fn project_client(kubeconfig: &Path) -> anyhow::Result<kube::Client> {
     Ok(kube::Client::try_from(config)?)
 }
 
-/// When the bearer token of the hub's `--kubeconfig` expires (its JWT `exp`, seconds since the
-/// Unix epoch), for a kubeconfig made from a ServiceAccount token (a Karmada hub's): nothing
-/// renews such a token, and the day it expires every call is refused. None without a kubeconfig
-/// (in a Pod the kubelet renews the projected token) or when the token is no JWT with an `exp`.
-pub fn hub_token_expiry(hub: &HubArgs) -> Option<i64> {
-    use secrecy::ExposeSecret;
-    let kubeconfig = kube::config::Kubeconfig::read_from(hub.kubeconfig.as_deref()?).ok()?;
-    let context_name = hub.context.as_ref().or(kubeconfig.current_context.as_ref())?;
-    let context = kubeconfig.contexts.iter().find(|c| &c.name == context_name)?.context.as_ref()?;
-    let user = context.user.as_ref()?;
-    let auth = kubeconfig.auth_infos.iter().find(|a| &a.name == user)?.auth_info.as_ref()?;
-    let token = match (&auth.token, &auth.token_file) {
-        (Some(token), _) => token.expose_secret().to_owned(),
-        (None, Some(file)) => std::fs::read_to_string(file).ok()?,
-        (None, None) => return None,
-    };
-    jwt_expiry(token.trim())
-}
-
-/// The `exp` claim of a JWT, read without verifying it (the API server does that).
-pub fn jwt_expiry(token: &str) -> Option<i64> {
-    use base64::Engine;
-    let payload = token.split('.').nth(1)?;
-    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(payload.trim_end_matches('=')).ok()?;
-    serde_json::from_slice::<serde_json::Value>(&bytes).ok()?.get("exp")?.as_i64()
-}
-
 /// How long a connection to the API server may stay silent while a response is owed before the
 /// request fails. Longer than a watch lasts
 /// ([`crate::index::source::follow::WATCH_TIMEOUT_SECS`]), so a quiet healthy watch never meets
@@ -241,6 +214,7 @@ async fn config(kubeconfig: Option<&Path>, context: Option<&str>) -> anyhow::Res
         Some(path) => {
             let kubeconfig =
                 kube::config::Kubeconfig::read_from(path).with_context(|| format!("reading {}", path.display()))?;
+            super::credential::supported(&kubeconfig, context).with_context(|| format!("{}", path.display()))?;
             let options = kube::config::KubeConfigOptions { context: context.map(str::to_owned), ..Default::default() };
             kube::Config::from_custom_kubeconfig(kubeconfig, &options).await?
         }
@@ -259,42 +233,6 @@ fn with_timeouts(mut config: kube::Config) -> kube::Config {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use base64::Engine;
-
-    fn jwt(claims: &str) -> String {
-        let encode = |s: &str| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(s);
-        format!("{}.{}.c2lnbmF0dXJl", encode(r#"{"alg":"RS256"}"#), encode(claims))
-    }
-
-    #[test]
-    fn reads_the_expiry_of_a_kubeconfig_token() {
-        assert_eq!(
-            jwt_expiry(&jwt(r#"{"exp":1798761600,"sub":"system:serviceaccount:edgegate-system:edgegate-pruner"}"#)),
-            Some(1798761600)
-        );
-        assert_eq!(jwt_expiry(&jwt(r#"{"sub":"no expiry"}"#)), None);
-        assert_eq!(jwt_expiry("not-a-jwt"), None);
-        assert_eq!(jwt_expiry("a.!!!.c"), None);
-
-        let dir = tempfile::tempdir().expect("tempdir");
-        let path = dir.path().join("kubeconfig");
-        let token = jwt(r#"{"exp":1798761600}"#);
-        std::fs::write(
-            &path,
-            format!(
-                "apiVersion: v1\nkind: Config\ncurrent-context: hub\nclusters: [{{name: hub, cluster: {{server: https://127.0.0.1:5443}}}}]\n\
-                 users: [{{name: pruner, user: {{token: {token}}}}}, {{name: static, user: {{token: opaque}}}}]\n\
-                 contexts: [{{name: hub, context: {{cluster: hub, user: pruner}}}}, {{name: other, context: {{cluster: hub, user: static}}}}]\n"
-            ),
-        )
-        .expect("write");
-        let hub =
-            |context: Option<&str>| HubArgs { kubeconfig: Some(path.clone()), context: context.map(str::to_owned) };
-        assert_eq!(hub_token_expiry(&hub(None)), Some(1798761600));
-        assert_eq!(hub_token_expiry(&hub(Some("other"))), None, "a token that is no JWT");
-        assert_eq!(hub_token_expiry(&hub(Some("missing"))), None);
-        assert_eq!(hub_token_expiry(&HubArgs::default()), None, "in a Pod the kubelet renews it");
-    }
 
     /// Projects fill a lane before the next is opened, and a project let go makes room: a lane's
     /// streams stay under what one connection may carry.

@@ -60,9 +60,9 @@ impl QueueMetrics {
 }
 
 /// `edgegate_hub_token_expiry_timestamp_seconds`, when the hub's kubeconfig has a token that
-/// expires (see [`super::client::hub_token_expiry`]); an alert fires weeks before.
+/// expires (see [`super::credential::hub_token_expiry`]); an alert fires weeks before.
 pub fn register_hub_token_expiry(registry: &mut Registry, hub: &super::flags::HubArgs) {
-    if let Some(expiry) = super::client::hub_token_expiry(hub) {
+    if let Some(expiry) = super::credential::hub_token_expiry(hub) {
         let gauge: prometheus_client::metrics::gauge::Gauge = registered(
             registry,
             "hub_token_expiry_timestamp_seconds",

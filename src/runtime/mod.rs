@@ -5,6 +5,7 @@
 pub mod admin;
 pub mod client;
 pub mod controller;
+pub mod credential;
 pub mod flags;
 pub mod lease;
 pub mod metrics;

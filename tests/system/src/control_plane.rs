@@ -70,6 +70,9 @@ pub const EDGEGATE_ACCOUNTS: &str = "system:serviceaccounts:edgegate-system";
 const KCM_READY: [&str; 2] = ["\"Starting namespace controller\"", "\"Proceeding to collect garbage\""];
 
 /// The test binary's control plane, started on first use.
+/// The static token of user `edgegate-producer` on every API server here (`--token-auth-file`).
+pub const MILO_USER_TOKEN: &str = "edgegate-producer-test-token";
+
 pub fn shared() -> &'static ControlPlane {
     SHARED.get_or_init(|| ControlPlane::start(false))
 }
@@ -336,6 +339,8 @@ impl ControlPlane {
         ];
         let etcd = spawn_guarded(&bin.join("etcd"), &etcd_args, &dir.join("etcd.log"));
         let d = |f: &str| dir.join(f).display().to_string();
+        std::fs::write(dir.join("tokens.csv"), format!("{MILO_USER_TOKEN},edgegate-producer,edgegate-producer\n"))
+            .expect("tokens.csv");
         let mut apiserver_args: Vec<String> = vec![
             format!("--etcd-servers=http://127.0.0.1:{client}"),
             format!("--secure-port={secure}"),
@@ -344,6 +349,9 @@ impl ControlPlane {
             format!("--tls-cert-file={}", d("apiserver.crt")),
             format!("--tls-private-key-file={}", d("apiserver.key")),
             format!("--client-ca-file={}", d("ca.crt")),
+            // User `edgegate-producer` by a static token, as a Milo binds a user at its root
+            // (deploy/milo): the producer's identity on the Milo stand-in.
+            format!("--token-auth-file={}", d("tokens.csv")),
             "--service-cluster-ip-range=10.0.0.0/24".into(),
             // A webhook registered by Service is reached through its EndpointSlices, never its
             // ClusterIP: nothing here routes the service range, and no test may dial out of the
@@ -355,9 +363,12 @@ impl ControlPlane {
             format!("--service-account-issuer=https://127.0.0.1:{secure}/"),
             format!("--service-account-key-file={}", d("sa.pub")),
             format!("--service-account-signing-key-file={}", d("sa.key")),
+            // The Milo stand-in carries every project's requests as streams of one HTTP/2
+            // connection (tests/system/src/milo.rs), thousands of watches at a time.
+            "--http2-max-streams-per-connection=100000".into(),
             "--v=1".into(),
         ];
-        // Every request by one of edgegate's ServiceAccounts, reads included, with its answer's
+        // Every request by one of edgegate's ServiceAccounts (or its user on Milo), reads included, with its answer's
         // code: a refused one ([`ControlPlane::refused`]) is what no test may let pass unnoticed.
         // Audited planes also log every write, and the project's objects and the records with
         // their bodies (what was written, to replay who saw what when).
@@ -370,7 +381,9 @@ impl ControlPlane {
                  - level: Metadata\n  verbs: [create, update, patch, delete, deletecollection]\n",
             );
         }
-        rules.push_str(&format!("- level: Metadata\n  userGroups: [\"{EDGEGATE_ACCOUNTS}\"]\n- level: None\n"));
+        rules.push_str(&format!(
+            "- level: Metadata\n  userGroups: [\"{EDGEGATE_ACCOUNTS}\"]\n- level: Metadata\n  users: [edgegate-producer]\n- level: None\n"
+        ));
         let policy =
             format!("apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [RequestReceived]\nrules:\n{rules}");
         std::fs::write(dir.join("audit-policy.yaml"), policy).expect("audit policy");

@@ -51,8 +51,12 @@ struct State {
     /// ends them, as a project whose backend fails ends its streams.
     cuts: HashMap<String, tokio_util::sync::CancellationToken>,
     /// The projects served by an API server of their own, unscoped.
-    routes: HashMap<String, kube::Client>,
+    routes: HashMap<String, Upstream>,
 }
+
+/// The key of Milo's root in [`Milo::set_fault`]: a fault set for it answers every request
+/// outside a project's path (its Projects, discovery).
+pub const ROOT: &str = "";
 
 /// The stand-in, serving until dropped.
 pub struct Milo {
@@ -165,19 +169,45 @@ fn rustls_pemfile_certs(path: &std::path::Path) -> Vec<rustls::pki_types::Certif
     rustls::pki_types::CertificateDer::pem_file_iter(path).expect("cert file").map(|c| c.expect("cert")).collect()
 }
 
-async fn upstream_client(server: &str, cp: &ControlPlane) -> kube::Client {
-    let mut config = kube::Config::new(server.parse().expect("server"));
-    let ca = std::fs::read(cp.dir.join("ca.crt")).expect("ca");
-    config.root_cert = Some(rustls_pemfile_certs_from(&ca));
-    kube::Client::try_from(config).expect("upstream client")
+/// An API server the stand-in passes requests to, over HTTP/2: every request a stream of one
+/// connection, as Milo serves its projects in one process, so ten thousand projects' watches do
+/// not cost the stand-in a socket each (its API servers allow the streams:
+/// `--http2-max-streams-per-connection`).
+#[derive(Clone)]
+struct Upstream {
+    http: hyper_util::client::legacy::Client<
+        hyper_rustls::HttpsConnector<hyper_util::client::legacy::connect::HttpConnector>,
+        Full<Bytes>,
+    >,
+    /// `https://host:port`, without a trailing slash.
+    base: String,
 }
 
-fn rustls_pemfile_certs_from(pem: &[u8]) -> Vec<Vec<u8>> {
-    use rustls::pki_types::pem::PemObject;
-    rustls::pki_types::CertificateDer::pem_slice_iter(pem).map(|c| c.expect("cert").to_vec()).collect()
+async fn upstream_client(server: &str, cp: &ControlPlane) -> Upstream {
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in rustls_pemfile_certs(&cp.dir.join("ca.crt")) {
+        roots.add(cert).expect("Milo's CA");
+    }
+    let tls = rustls::ClientConfig::builder().with_root_certificates(roots).with_no_client_auth();
+    let connector = hyper_rustls::HttpsConnectorBuilder::new().with_tls_config(tls).https_only().enable_http2().build();
+    let http = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .http2_only(true)
+        .build(connector);
+    Upstream { http, base: server.trim_end_matches('/').to_owned() }
 }
 
 type Body = UnsyncBoxBody<Bytes, Box<dyn std::error::Error + Send + Sync>>;
+
+/// What `fault` answers instead of the upstream, if anything (silent: nothing, ever).
+async fn instead(fault: Option<Fault>) -> Option<Response<Body>> {
+    match fault {
+        Some(Fault::Status(code)) => {
+            Some(status(StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)))
+        }
+        Some(Fault::Silent) => std::future::pending().await,
+        None => None,
+    }
+}
 
 fn status(code: StatusCode) -> Response<Body> {
     let body = format!(r#"{{"kind":"Status","apiVersion":"v1","status":"Failure","code":{}}}"#, code.as_u16());
@@ -198,7 +228,7 @@ fn project_path(path: &str) -> Option<(&str, String)> {
 
 async fn proxy(
     request: Request<Incoming>,
-    upstream: kube::Client,
+    upstream: Upstream,
     state: Arc<Mutex<State>>,
 ) -> Result<Response<Body>, Infallible> {
     let (mut parts, body) = request.into_parts();
@@ -206,6 +236,16 @@ async fn proxy(
     let mut query = parts.uri.query().map(str::to_owned);
     let mut cut = None;
     let mut upstream = upstream;
+    if project_path(&path).is_none() {
+        let fault = {
+            let mut state = state.lock().expect("state");
+            cut = Some(state.cuts.entry(ROOT.to_owned()).or_default().clone());
+            state.faults.get(ROOT).copied()
+        };
+        if let Some(answer) = instead(fault).await {
+            return Ok(answer);
+        }
+    }
     if let Some((project, rest)) = project_path(&path) {
         let (fault, routed) = {
             let mut state = state.lock().expect("state");
@@ -213,12 +253,8 @@ async fn proxy(
             cut = Some(state.cuts.entry(project.to_owned()).or_default().clone());
             (state.faults.get(project).copied(), state.routes.get(project).cloned())
         };
-        match fault {
-            Some(Fault::Status(code)) => {
-                return Ok(status(StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)));
-            }
-            Some(Fault::Silent) => std::future::pending::<()>().await,
-            None => {}
+        if let Some(answer) = instead(fault).await {
+            return Ok(answer);
         }
         if let Some(routed) = routed {
             upstream = routed;
@@ -237,19 +273,23 @@ async fn proxy(
         };
         parts.uri = uri.parse::<Uri>().unwrap_or_else(|_| Uri::from_static("/"));
     }
-    // The path and query alone, as HTTP/1.1 (what the upstream client speaks): over HTTP/2 a
-    // request's URI carries the stand-in's own scheme and authority, which are not the upstream's.
-    if let Some(path_and_query) = parts.uri.path_and_query().cloned() {
-        parts.uri = Uri::from(path_and_query);
-    }
-    parts.version = http::Version::HTTP_11;
+    // The upstream's own scheme and authority: over HTTP/2 a request's URI carries the
+    // stand-in's.
+    let path_and_query = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+    parts.uri = format!("{}{path_and_query}", upstream.base).parse::<Uri>().unwrap_or_else(|_| Uri::from_static("/"));
+    parts.version = http::Version::HTTP_2;
     let body = match body.collect().await {
         Ok(collected) => collected.to_bytes(),
         Err(_) => return Ok(status(StatusCode::BAD_REQUEST)),
     };
     parts.headers.remove(http::header::HOST);
-    let request = Request::from_parts(parts, kube::client::Body::from(body.to_vec()));
-    match upstream.send(request).await {
+    // Hop-by-hop headers have no place in HTTP/2.
+    parts.headers.remove(http::header::CONNECTION);
+    parts.headers.remove(http::header::TRANSFER_ENCODING);
+    parts.headers.remove(http::header::UPGRADE);
+    parts.headers.remove("keep-alive");
+    let request = Request::from_parts(parts, Full::new(body));
+    match upstream.http.request(request).await {
         Ok(response) => Ok(response.map(|body| {
             let body = body.map_err(|e| Box::new(e) as Box<dyn std::error::Error + Send + Sync>);
             match cut {
@@ -262,7 +302,6 @@ async fn proxy(
                 None => body.boxed_unsync(),
             }
         })),
-        Err(kube::Error::Api(s)) => Ok(status(StatusCode::from_u16(s.code).unwrap_or(StatusCode::BAD_GATEWAY))),
         Err(error) => {
             eprintln!("milo stand-in: upstream failed: {error}");
             Ok(status(StatusCode::BAD_GATEWAY))

@@ -81,11 +81,12 @@ pub async fn with_pruner_flags(name: &str, flags: &[&str]) -> (ControlPlane, Ren
 }
 
 /// Hand project control plane `project` to the hub's producer as project `name`, as
-/// docs/producer.md says: the render's ClusterRole `edgegate-producer-project` applied there and
-/// bound to a ServiceAccount of its own, whose token's kubeconfig (CA embedded, as a kubeconfig
-/// in a Secret must be) is key `<name>.kubeconfig` of the hub's Secret `edgegate-producer-projects`.
-pub async fn add_project(hub: &ControlPlane, render: &Render, name: &str, project: &ControlPlane) {
-    let kubeconfig = project_kubeconfig(render, project).await;
+/// docs/producer.md says: deploy/project applied there (a ServiceAccount of the producer's bound
+/// to the ClusterRole `edgegate-producer-project`), whose token's kubeconfig (CA embedded, as a
+/// kubeconfig in a Secret must be) is key `<name>.kubeconfig` of the hub's Secret
+/// `edgegate-producer-projects`.
+pub async fn add_project(hub: &ControlPlane, name: &str, project: &ControlPlane) {
+    let kubeconfig = project_kubeconfig(project).await;
     set_project(hub, name, &kubeconfig).await;
 }
 
@@ -118,53 +119,54 @@ pub async fn install_with_milo_and(
     components.extend(["components/enforce", "components/images"]);
     let render = Render::tuned(name, &["base"], &components, &[("edgegate-producer", producer_flags)]);
     render.apply_but_admission(hub);
-    hand_milo_over(hub, &render, backing, milo).await;
+    hand_milo_over(hub, backing, milo).await;
     render
 }
 
 /// With components/producer-milo: the producer's identity on Milo (the stand-in `milo` in front of
-/// `backing`), made as docs/producer.md says (the render's ClusterRoles `edgegate-producer-milo`
-/// and `edgegate-producer-project` bound to it), its kubeconfig the hub's Secret
-/// `edgegate-producer-milo`.
-pub async fn hand_milo_over(hub: &ControlPlane, render: &Render, backing: &ControlPlane, milo: &crate::milo::Milo) {
-    let role = render.get("ClusterRole", "edgegate-producer-milo");
-    apply_objects(backing, vec![role.clone(), producer_binding("edgegate-producer-milo")]);
-    let kubeconfig = project_kubeconfig(render, backing).await.replace(&backing.server, &milo.server);
+/// `backing`) granted exactly as deploy/milo grants it (its ClusterRoles bound at the root to
+/// user `edgegate-producer`), that user's token in the kubeconfig of the hub's Secret
+/// `edgegate-producer-milo`, as docs/producer.md says.
+pub async fn hand_milo_over(hub: &ControlPlane, backing: &ControlPlane, milo: &crate::milo::Milo) {
+    Render::of(&crate::control_plane::repo().join("deploy/milo")).apply_with(&backing.kubeconfig, |_| true);
+    let token = format!("{{token: {}}}", crate::control_plane::MILO_USER_TOKEN);
+    set_milo_kubeconfig(hub, &milo_kubeconfig(backing, milo, &token)).await;
+}
+
+/// A kubeconfig for the Milo stand-in `milo` (in front of `backing`, whose CA it embeds) whose
+/// user authenticates with `user` (a kubeconfig's `user:` in flow YAML).
+pub fn milo_kubeconfig(backing: &ControlPlane, milo: &crate::milo::Milo, user: &str) -> String {
+    let ca = std::fs::read(backing.dir.join("ca.crt")).expect("Milo's CA");
+    format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: milo\n  cluster:\n    server: {}\n    certificate-authority-data: {}\n\
+         users:\n- name: edgegate-producer\n  user: {user}\n\
+         contexts:\n- name: milo\n  context: {{cluster: milo, user: edgegate-producer}}\ncurrent-context: milo\n",
+        milo.server,
+        base64(&ca),
+    )
+}
+
+/// The hub's Secret `edgegate-producer-milo` (key `kubeconfig`) set to `kubeconfig`.
+pub async fn set_milo_kubeconfig(hub: &ControlPlane, kubeconfig: &str) {
     let secret = json!({"apiVersion": "v1", "kind": "Secret",
         "metadata": {"name": "edgegate-producer-milo", "namespace": NAMESPACE},
         "data": {"kubeconfig": base64(kubeconfig.as_bytes())}});
     apply_objects(hub, vec![secret]);
 }
 
-/// ClusterRole `role` bound to the producer's ServiceAccount.
-fn producer_binding(role: &str) -> Value {
-    json!({
-        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-        "metadata": {"name": role},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
-        "subjects": [{"kind": "ServiceAccount", "name": "edgegate-producer", "namespace": NAMESPACE}],
-    })
-}
-
 /// With components/producer-milo and a project served by a kube-apiserver of its own
 /// ([`ControlPlane::start_project_server`]): the producer's read grant there, as Milo's own
-/// authorization of a project would give it (the render's ClusterRole `edgegate-producer-project`
-/// bound to the producer's identity, which the project's server learns from the root's
-/// TokenReview).
-pub fn grant_project_server(render: &Render, server: &crate::control_plane::ProjectServer) {
-    let role = render.get("ClusterRole", "edgegate-producer-project").clone();
-    Render { objects: vec![role, producer_binding("edgegate-producer-project")] }
-        .apply_with(&server.kubeconfig, |_| true);
+/// authorization of a project would give it (deploy/milo applied there: its user, which the
+/// project's server learns from the root's TokenReview, bound to the roles).
+pub fn grant_project_server(server: &crate::control_plane::ProjectServer) {
+    Render::of(&crate::control_plane::repo().join("deploy/milo")).apply_with(&server.kubeconfig, |_| true);
 }
 
 /// The kubeconfig [`add_project`] hands over: the producer's identity on `project`, made there as
-/// docs/producer.md says.
-pub async fn project_kubeconfig(render: &Render, project: &ControlPlane) -> String {
-    let role = render.get("ClusterRole", "edgegate-producer-project");
-    apply_objects(project, vec![role.clone()]);
+/// docs/producer.md says (deploy/project applied, a token of its ServiceAccount).
+pub async fn project_kubeconfig(project: &ControlPlane) -> String {
+    Render::of(&crate::control_plane::repo().join("deploy/project")).apply_with(&project.kubeconfig, |_| true);
     let client = project.client().await;
-    crate::helpers::namespace(&client, NAMESPACE, &[]).await;
-    apply_objects(project, vec![producer_binding("edgegate-producer-project")]);
     let accounts: Api<ServiceAccount> = Api::namespaced(client, NAMESPACE);
     let account = json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "edgegate-producer"}});
     accounts

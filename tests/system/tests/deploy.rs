@@ -638,8 +638,19 @@ fn producer_component_adds_the_producer_with_exact_rbac() {
     let spec = &producer["spec"]["template"]["spec"];
     assert_eq!(spec["volumes"][0]["secret"]["secretName"], "edgegate-producer-projects");
     assert_eq!(rules_of(find(&objects, "ClusterRole", "edgegate-producer")), expected(PRODUCER_HUB));
-    assert_eq!(rules_of(find(&objects, "ClusterRole", "edgegate-producer-project")), expected(PRODUCER_PROJECT));
     assert_eq!(rules_of(find(&objects, "Role", "edgegate-producer-lease")), expected(&[PRODUCER_LEASE]));
+    // The roles of the other sides are not the hub's: they grant nothing there.
+    let not_hubs = ["edgegate-producer-project", "edgegate-producer-milo"];
+    assert!(
+        !objects.iter().any(|o| not_hubs.iter().any(|n| o["metadata"]["name"] == *n)),
+        "another side's role on the hub"
+    );
+    // Each project's side (deploy/project): its identity and the read grant bound to it.
+    let project = render(&repo().join("deploy/project"));
+    assert_eq!(rules_of(find(&project, "ClusterRole", "edgegate-producer-project")), expected(PRODUCER_PROJECT));
+    let binding = find(&project, "ClusterRoleBinding", "edgegate-producer-project");
+    assert_eq!(binding["subjects"][0]["name"], "edgegate-producer");
+    assert!(find(&project, "ServiceAccount", "edgegate-producer")["metadata"]["namespace"] == "edgegate-system");
     // The producer deletes, on its own Lease (so it must not run without election); no pruner.
     assert!(!objects.iter().any(|o| o["metadata"]["name"] == "edgegate-pruner"
         && (o["kind"] == "Deployment" || o["kind"] == "PodDisruptionBudget")));
@@ -670,8 +681,37 @@ fn producer_component_adds_the_producer_with_exact_rbac() {
     );
     assert_eq!(spec["volumes"][0]["secret"]["secretName"], "edgegate-producer-milo");
     assert_eq!(spec["containers"][0]["volumeMounts"][0]["mountPath"], "/etc/edgegate/milo");
+    // Milo's side (deploy/milo): both roles at its root, bound to one user.
     use edgegate::runtime::rbac::PRODUCER_MILO;
-    assert_eq!(rules_of(find(&objects, "ClusterRole", "edgegate-producer-milo")), expected(PRODUCER_MILO));
+    let milo = render(&repo().join("deploy/milo"));
+    assert_eq!(rules_of(find(&milo, "ClusterRole", "edgegate-producer-milo")), expected(PRODUCER_MILO));
+    assert_eq!(rules_of(find(&milo, "ClusterRole", "edgegate-producer-project")), expected(PRODUCER_PROJECT));
+    for role in ["edgegate-producer-milo", "edgegate-producer-project"] {
+        let binding = find(&milo, "ClusterRoleBinding", role);
+        assert_eq!(binding["roleRef"]["name"], role);
+        assert_eq!(
+            binding["subjects"],
+            json!([{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "edgegate-producer"}])
+        );
+    }
+    assert_eq!(milo.len(), 4, "roles and bindings only: nothing namespaced, nothing of the hub's");
+
+    // docs/producer.md's own kustomization over it, pasted in a clone: the subject replaced.
+    let docs = std::fs::read_to_string(repo().join("docs/producer.md")).expect("docs/producer.md");
+    let heredoc = docs.split("cat > my/milo/kustomization.yaml <<'EOF'\n").nth(1).expect("the kustomization in docs");
+    let text = heredoc.split("\nEOF\n").next().expect("its end");
+    let clone = tempfile::tempdir().expect("tempdir");
+    std::os::unix::fs::symlink(repo().join("deploy"), clone.path().join("deploy")).expect("link deploy/");
+    std::fs::create_dir_all(clone.path().join("my/milo")).expect("my/milo");
+    std::fs::write(clone.path().join("my/milo/kustomization.yaml"), format!("{text}\n")).expect("write");
+    let mine = render(&clone.path().join("my/milo"));
+    for role in ["edgegate-producer-milo", "edgegate-producer-project"] {
+        let subjects = &find(&mine, "ClusterRoleBinding", role)["subjects"];
+        assert_eq!(
+            subjects,
+            &json!([{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "my-producers"}])
+        );
+    }
 }
 
 /// components/producer-sharded makes the producer a StatefulSet of three sharing replicas, listed

@@ -5,8 +5,8 @@
 //! and its own identity on Milo (the render's roles bound to it).
 
 use edgegate_system_tests::helpers::*;
-use edgegate_system_tests::milo::{Fault, Milo, PROJECT_LABEL, world};
-use edgegate_system_tests::pod::{Rewrite, run};
+use edgegate_system_tests::milo::{Fault, Milo, PROJECT_LABEL, ROOT, world};
+use edgegate_system_tests::pod::{Rewrite, RunningPod, run};
 use edgegate_system_tests::shipped;
 use edgegate_system_tests::soak::project::{put, resource};
 use kube::api::DynamicObject;
@@ -232,7 +232,7 @@ async fn a_project_server_restarting_holds_only_its_own_copies() {
     for (p, address) in [("alpha", "fd20:0:c1::1"), ("beta", "fd20:0:c2::1")] {
         let server = backing_cp.start_project_server(p);
         world::install_crds_with(&server.kubeconfig);
-        shipped::grant_project_server(&render, &server);
+        shipped::grant_project_server(&server);
         milo.route(p, &server.server, &backing_cp).await;
         let client = edgegate::runtime::client::kube_client(Some(&server.kubeconfig), None).await.expect("client");
         let proxies: Api<DynamicObject> = Api::all_with(client.clone(), &resource("HTTPProxy", "httpproxies"));
@@ -283,4 +283,109 @@ async fn a_project_server_restarting_holds_only_its_own_copies() {
     let (refused, excused) = backing_cp.refused_outside(&[(down, up)]);
     eprintln!("milo: refusals on the project servers right after the restart (excused): {excused}");
     assert!(refused.is_empty(), "Milo's servers refused the producer: {refused:#?}");
+}
+
+/// Whether the pod's process has ended.
+fn exited(pod: &mut RunningPod) -> bool {
+    matches!(pod.process.child.try_wait(), Ok(Some(_)))
+}
+
+/// `/readyz`'s status and body.
+fn readyz(pod: &RunningPod) -> (u16, String) {
+    let url = format!("http://127.0.0.1:{}/readyz", pod.process.port);
+    let out = std::process::Command::new("curl").args(["-s", "--max-time", "2", "-w", "\n%{http_code}", &url]).output();
+    let text = out.map(|o| String::from_utf8_lossy(&o.stdout).into_owned()).unwrap_or_default();
+    let (body, code) = text.rsplit_once('\n').unwrap_or_default();
+    (code.parse().unwrap_or(0), body.to_owned())
+}
+
+/// The producer's discovery from Milo, as its metrics say: synced, and failures so far.
+fn discovery(pod: &RunningPod) -> (bool, u64) {
+    let scrape = metrics(&pod.process);
+    let value =
+        |name: &str| scrape.lines().find_map(|l| l.strip_prefix(name)?.trim().parse::<f64>().ok()).unwrap_or_default();
+    let synced = value("edgegate_producer_discovery_synced{source=\"milo\"} ") == 1.0;
+    (synced, value("edgegate_producer_discovery_failures_total{source=\"milo\"} ") as u64)
+}
+
+/// Milo refusing the producer from the start: the replica is not Ready (engaging nothing, it
+/// would look healthy while writing nothing), says why at /readyz and counts it; once Milo
+/// answers, Ready and writing. Milo failing later: the replica stays Ready, its projects as they
+/// are, and discovery shows unsynced (the one alert, not one per project). Failed on the old
+/// code: Ready with no project, and nothing counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_producer_that_cannot_see_milo_says_so() {
+    let (hub_cp, backing_cp) = (ControlPlane::own(), ControlPlane::own());
+    let (hub, backing) = (hub_cp.client().await, backing_cp.client().await);
+    let milo = Milo::serving(&hub, &backing_cp, &backing).await;
+    let render = shipped::install_with_milo("milo-unseen", &hub_cp, &backing_cp, &milo, &[]).await;
+    project(&backing, "alpha", "True").await;
+    let a = world::project_namespace(&backing, &hub, "alpha", "alpha-web", Some("fd20:0:a1::1")).await;
+
+    milo.set_fault(ROOT, Some(Fault::Status(403)));
+    let pod = run(&hub_cp, &render, "edgegate-producer", 0, &[Rewrite::ListenAddress, Rewrite::MountPath]).await;
+    eventually(Duration::from_secs(30), "the hub listed and a failed list of Milo's projects counted", async || {
+        discovery(&pod).1 >= 1 && !readyz(&pod).1.contains("hub namespaces")
+    })
+    .await;
+    let (code, why) = readyz(&pod);
+    assert_eq!(code, 503, "not Ready before Milo's projects are listed: {why}");
+    assert!(why.contains("projects not discovered yet (milo)") && why.contains("403"), "{why}");
+    assert!(!discovery(&pod).0, "discovery synced while Milo refuses");
+    assert_eq!(record(&hub, &a).await, None);
+
+    milo.set_fault(ROOT, None);
+    let lifted = Instant::now();
+    eventually(Duration::from_secs(60), "Ready once Milo answers", async || readyz(&pod).0 == 200).await;
+    eprintln!("milo: Milo answering again → the producer Ready after {:?}", lifted.elapsed());
+    eventually(Duration::from_secs(30), "alpha's record", async || {
+        record(&hub, &a).await == Some(vec!["fd20:0:a1::1".to_owned()])
+    })
+    .await;
+    assert!(discovery(&pod).0, "discovery not synced once listed");
+
+    // Milo failing later: discovery unsynced, the replica Ready all the same, alpha left as it is.
+    // (A 500: a 503 is retried by the client for minutes before it counts.)
+    milo.set_fault(ROOT, Some(Fault::Status(500)));
+    let took = eventually(Duration::from_secs(30), "discovery unsynced", async || !discovery(&pod).0).await;
+    eprintln!("milo: Milo's root answering 500 → discovery unsynced after {took:?}");
+    let (code, why) = readyz(&pod);
+    assert_eq!(code, 200, "a Milo outage after the first list took the replica out: {why}");
+    assert_eq!(record(&hub, &a).await, Some(vec!["fd20:0:a1::1".to_owned()]), "alpha's record changed");
+    milo.set_fault(ROOT, None);
+    eventually(Duration::from_secs(60), "discovery synced again", async || discovery(&pod).0).await;
+    hub_cp.assert_nothing_refused();
+}
+
+/// Credentials from the Secret edgegate-producer-milo as a workload has them: an exec plugin the
+/// image does not carry is refused at start, naming the plugin and what is supported (failed on
+/// the old code: "a task the process needs ended", the plugin never named); a kubeconfig that
+/// changes in the Secret stops the producer, saying why, so the container starts again with it
+/// (the certificates in it are read once).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn milo_credentials_refused_or_taken_up() {
+    let (hub_cp, backing_cp) = (ControlPlane::own(), ControlPlane::own());
+    let (hub, backing) = (hub_cp.client().await, backing_cp.client().await);
+    let milo = Milo::serving(&hub, &backing_cp, &backing).await;
+    let render = shipped::install_with_milo("milo-credentials", &hub_cp, &backing_cp, &milo, &[]).await;
+    let token = format!("{{token: {}}}", edgegate_system_tests::control_plane::MILO_USER_TOKEN);
+    let good = shipped::milo_kubeconfig(&backing_cp, &milo, &token);
+
+    let plugin = "{exec: {apiVersion: client.authentication.k8s.io/v1, command: datumctl, args: [auth, get-token]}}";
+    shipped::set_milo_kubeconfig(&hub_cp, &shipped::milo_kubeconfig(&backing_cp, &milo, plugin)).await;
+    let mut pod = run(&hub_cp, &render, "edgegate-producer", 0, &[Rewrite::ListenAddress, Rewrite::MountPath]).await;
+    eventually(Duration::from_secs(30), "the producer refused to start", async || exited(&mut pod)).await;
+    let log = pod.log();
+    assert!(log.contains("exec plugin") && log.contains("datumctl"), "the plugin named: {log}");
+    assert!(log.contains("tokenFile"), "the supported kinds named: {log}");
+    drop(pod);
+
+    shipped::set_milo_kubeconfig(&hub_cp, &good).await;
+    let mut pod = run(&hub_cp, &render, "edgegate-producer", 1, &[Rewrite::ListenAddress, Rewrite::MountPath]).await;
+    eventually(Duration::from_secs(60), "Ready", async || readyz(&pod).0 == 200).await;
+    // The same credential, rewritten: the Secret changed, so the kubeconfig does.
+    shipped::set_milo_kubeconfig(&hub_cp, &format!("{good}# rotated\n")).await;
+    let took = eventually(Duration::from_secs(120), "the producer stopped", async || exited(&mut pod)).await;
+    eprintln!("milo: the kubeconfig Secret changed → the producer stopped to start again after {took:?}");
+    assert!(pod.log().contains("Milo's kubeconfig or a file it names changed"), "{}", pod.log());
 }

@@ -140,7 +140,7 @@ async fn every_metric_the_alerts_and_dashboard_use_is_exported() {
         name.starts_with("edgegate-pruner") && o["kind"] != "PodMonitor"
     };
     plain.apply(&cp, pruner_parts);
-    add_project(&cp, &render, "hub", &cp).await;
+    add_project(&cp, "hub", &cp).await;
     let both = [Rewrite::ListenAddress, Rewrite::MountPath];
     let webhook = run(&cp, &render, "edgegate-webhook", 0, &both).await;
     let pruner = run(&cp, &plain, "edgegate-pruner", 0, &both).await;
@@ -176,15 +176,18 @@ async fn every_metric_the_alerts_and_dashboard_use_is_exported() {
     edgegate_system_tests::shipped::apply_objects(&cp, vec![secret]);
     let host = Render::of(&kustomization_with("monitoring-karmada-host", &["overlays/karmada-hub/host"], &[], ""));
     let karmada_pruner = run(&cp, &host, "edgegate-pruner", 0, &both).await;
-    // The producer sharing its projects (components/producer-sharded): the buckets' series the
-    // ownership alert reads. Its render differs from the one applied only in the producer's
-    // workload, a StatefulSet there.
+    // The producer sharing its projects read from Milo (components/producer-milo and
+    // components/producer-sharded): the buckets' series the ownership alert reads, discovery's,
+    // and the expiry of Milo's credential, a token whose JWT says when (refused by this API
+    // server, which is no Milo: only what the producer exports is looked at). Its render differs
+    // from the one applied in the producer's workload and the Secret it mounts.
     let sharded = Render::of(&kustomization_with(
         "monitoring-sharded",
         &["base"],
         &[
             "components/dev-certs",
             "components/producer",
+            "components/producer-milo",
             "components/producer-sharded",
             "components/enforce",
             "components/images",
@@ -192,6 +195,16 @@ async fn every_metric_the_alerts_and_dashboard_use_is_exported() {
         "",
     ));
     sharded.apply(&cp, |o| o["kind"] == "StatefulSet" && o["metadata"]["name"] == "edgegate-producer");
+    let url_safe = |s: &str| base64(s.as_bytes()).replace('+', "-").replace('/', "_").replace('=', "");
+    let jwt = format!("{}.{}.c2ln", url_safe(r#"{"alg":"RS256"}"#), url_safe(r#"{"exp":4102444800}"#));
+    let milo = format!(
+        "apiVersion: v1\nkind: Config\nclusters: [{{name: milo, cluster: {{server: '{}', certificate-authority-data: {}}}}}]\n\
+         users: [{{name: producer, user: {{token: {jwt}}}}}]\n\
+         contexts: [{{name: milo, context: {{cluster: milo, user: producer}}}}]\ncurrent-context: milo\n",
+        cp.server,
+        base64(&std::fs::read(cp.dir.join("ca.crt")).expect("CA")),
+    );
+    edgegate_system_tests::shipped::set_milo_kubeconfig(&cp, &milo).await;
     let sharing = run(&cp, &sharded, "edgegate-producer", 1, &both).await;
     let mut scrapes = String::new();
     for (what, pod) in [

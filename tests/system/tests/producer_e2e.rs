@@ -126,7 +126,7 @@ async fn start_producer(
     flags: &[&str],
 ) -> (Render, RunningPod) {
     let render = install(hub_cp, name, flags);
-    shipped::add_project(hub_cp, &render, "e2e", project_cp).await;
+    shipped::add_project(hub_cp, "e2e", project_cp).await;
     let pod = producer_pod(hub_cp, &render, 0).await;
     (render, pod)
 }
@@ -156,7 +156,7 @@ async fn producer_between_a_project_and_the_hub() {
 
     // Withdrawing at once and resyncing often: the suite measures the producer's own latency.
     let render = install(hub_cp, "producer-flow", &["--withdraw-after=0s", "--resync=2s", "--grace=1s"]);
-    shipped::add_project(hub_cp, &render, "e2e", &project_cp).await;
+    shipped::add_project(hub_cp, "e2e", &project_cp).await;
     let pod = producer_pod(hub_cp, &render, 0).await;
     let producer = &pod.process;
 
@@ -346,7 +346,7 @@ async fn projects_dir_engages_and_disengages_projects() {
     let producer = &pod.process;
     assert_eq!(record(&hub, &hub_ns).await, None, "no project, no record");
 
-    shipped::add_project(hub_cp, &render, "acme", &project_cp).await;
+    shipped::add_project(hub_cp, "acme", &project_cp).await;
     let took = eventually(Duration::from_secs(30), "record of the engaged project", async || {
         record(&hub, &hub_ns).await == Some(vec!["fd20:0:d1::1".to_owned()])
     })
@@ -357,7 +357,7 @@ async fn projects_dir_engages_and_disengages_projects() {
     // A second project added: the kubelet projects the whole Secret anew (every file a new one);
     // acme's kubeconfig is the same, so acme is not engaged again (its five watches not listed
     // anew). Failed while files were compared by their modification time: acme was engaged twice.
-    shipped::add_project(hub_cp, &render, "other", &project_cp).await;
+    shipped::add_project(hub_cp, "other", &project_cp).await;
     eventually(Duration::from_secs(30), "the second project engaged", async || {
         metrics(producer).contains("edgegate_producer_projects{state=\"synced\"} 2")
     })
@@ -495,7 +495,7 @@ async fn a_selector_edited_before_the_interfaces_withdraws_nothing() {
     proxy(&project, "flap-a", "web", json!([{"networkService": {"name": "web"}}])).await;
     let withdraw = format!("--withdraw-after={}s", withdraw_after.as_secs());
     let render = install(hub_cp, "producer-flap", &[&withdraw, &format!("--grace={}s", grace.as_secs())]);
-    shipped::add_project(hub_cp, &render, "e2e", &project_cp).await;
+    shipped::add_project(hub_cp, "e2e", &project_cp).await;
     let _producer = producer_pod(hub_cp, &render, 0).await;
     let served = vec!["fd20:0:f1::1".to_owned()];
     eventually(Duration::from_secs(30), "record written", async || {
@@ -553,8 +553,8 @@ async fn one_unreachable_project_leaves_the_producer_ready() {
     let hub_ns = served_namespace(&project, &hub, "bad-a", "fd20:0:ba::1").await;
 
     let render = install(hub_cp, "producer-unreachable", &[]);
-    shipped::add_project(hub_cp, &render, "good", &project_cp).await;
-    let text = shipped::project_kubeconfig(&render, &project_cp).await;
+    shipped::add_project(hub_cp, "good", &project_cp).await;
+    let text = shipped::project_kubeconfig(&project_cp).await;
     shipped::set_project(hub_cp, "gone", &text.replace(&project_cp.server, "https://127.0.0.1:1")).await;
     let started = Instant::now();
     let pod = producer_pod(hub_cp, &render, 0).await;
@@ -693,7 +693,7 @@ async fn withdrawn_then_producer_killed(
             "--lease-duration=4s",
         ],
     );
-    shipped::add_project(&hub_cp, &render, "e2e", &project_cp).await;
+    shipped::add_project(&hub_cp, "e2e", &project_cp).await;
     let producer = producer_pod(&hub_cp, &render, 0).await;
     eventually(Duration::from_secs(30), "record written", async || {
         record(&hub, &hub_ns).await.is_some_and(|r| r == [address])
@@ -812,8 +812,8 @@ async fn one_unreadable_project_holds_only_its_own_deletions() {
         "producer-unreadable",
         &[&format!("--withdraw-after={}s", withdraw_after.as_secs()), &format!("--grace={}s", grace.as_secs())],
     );
-    shipped::add_project(hub_cp, &render, "alpha", &alpha_cp).await;
-    shipped::add_project(hub_cp, &render, "beta", &beta_cp).await;
+    shipped::add_project(hub_cp, "alpha", &alpha_cp).await;
+    shipped::add_project(hub_cp, "beta", &beta_cp).await;
     let producer = producer_pod(hub_cp, &render, 0).await;
     eventually(Duration::from_secs(30), "both records written", async || {
         record(&hub, &a).await.is_some_and(|r| r == ["fd20:0:a1::1"])

@@ -66,7 +66,7 @@ impl World {
             &[("edgegate-producer", &[&withdraw_after, &grace, &pace, "--lease-duration=4s", "--resync=20s"])],
         );
         render.apply_but_admission(&hub_cp);
-        add_project(&hub_cp, &render, "soak", &project_cp).await;
+        add_project(&hub_cp, "soak", &project_cp).await;
         register_service_webhook(&hub_cp, &render);
 
         let netns = NetNs::create_many(2);

@@ -1,7 +1,8 @@
 //! Projects discovered from Milo (`--milo-kubeconfig`): a watch of the root's `Project` objects,
 //! each project engaged while [`engagement`] says so and reached under its path on the root's
 //! host, through one shared connection pool ([`PathClients`]). A watch of the root that fails
-//! leaves every project as it is until it lists again: not knowing is no reason to let go.
+//! leaves every project as it is until it lists again: not knowing is no reason to let go; it
+//! shows in [`Discovery`].
 
 use std::collections::BTreeMap;
 
@@ -12,12 +13,13 @@ use kube::ResourceExt;
 use kube::core::error_boundary::InvalidObject;
 use kube::runtime::watcher;
 
+use super::Discovery;
 use crate::engaged::Engaged;
 
 /// Follow Milo's projects into `engaged` for as long as the process runs.
-pub async fn follow_milo(clients: PathClients, engaged: Engaged) -> anyhow::Result<()> {
+pub async fn follow_milo(clients: PathClients, engaged: Engaged, discovery: Discovery) -> anyhow::Result<()> {
     let root = clients.at("")?;
-    let mut sink = Whole::new(MiloProjects { clients, engaged, left: BTreeMap::new() });
+    let mut sink = Whole::new(MiloProjects { clients, engaged, discovery, left: BTreeMap::new() });
     let config = watcher::Config::default().timeout(PROJECT_WATCH_TIMEOUT_SECS).streaming_lists();
     follow(kube::Api::all(root), config, &mut sink).await;
     Ok(())
@@ -26,6 +28,7 @@ pub async fn follow_milo(clients: PathClients, engaged: Engaged) -> anyhow::Resu
 struct MiloProjects {
     clients: PathClients,
     engaged: Engaged,
+    discovery: Discovery,
     /// Projects seen and not engaged, with why (logged once per change).
     left: BTreeMap<String, &'static str>,
 }
@@ -71,6 +74,7 @@ impl SnapshotSink<Project> for MiloProjects {
             self.apply(project);
         }
         self.engaged.discovered();
+        self.discovery.listed();
     }
 
     fn applied(&mut self, project: Project) {
@@ -86,6 +90,6 @@ impl SnapshotSink<Project> for MiloProjects {
     }
 
     fn failed(&mut self, error: &watcher::Error) {
-        tracing::warn!(%error, "Milo's project watch failed; every project stays as it is until it lists again");
+        self.discovery.failed(&error.to_string());
     }
 }
