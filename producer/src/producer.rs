@@ -625,23 +625,34 @@ impl Producer {
         };
         let feed = async {
             while let Some(wakeup) = wakeups.next(&shutdown).await {
-                let triggers = match wakeup {
-                    Wakeup::Changes(triggers) => triggers,
-                    Wakeup::Everything => vec![Trigger::Hub(Change::All)],
+                let (triggers, resyncing) = match wakeup {
+                    Wakeup::Changes(triggers) => (triggers, false),
+                    Wakeup::Everything => (vec![Trigger::Hub(Change::All)], false),
+                    Wakeup::Resync => (vec![Trigger::Hub(Change::All)], true),
                 };
                 if triggers.contains(&Trigger::Hub(Change::All)) {
                     self.set_state();
                     self.forget_gone();
                 }
-                for key in triggers.iter().flat_map(|t| self.keys(t)) {
-                    self.queue.add(key);
+                let keys = triggers.iter().flat_map(|t| self.keys(t));
+                if resyncing {
+                    self.queue.spread(keys, resync);
+                } else {
+                    for key in keys {
+                        self.queue.add(key);
+                    }
                 }
                 // The pruner reads the records from the same view: what changed there (a
                 // namespace's record, or every one after a re-list) is its to pass over too.
                 let hub = triggers.into_iter().filter_map(|t| if let Trigger::Hub(c) = t { Some(c) } else { None });
-                for key in pruner.as_ref().map(|p| hub.flat_map(|c| p.keys(c)).collect::<Vec<_>>()).unwrap_or_default()
-                {
-                    self.queue.add(key);
+                let pruned =
+                    pruner.as_ref().map(|p| hub.flat_map(|c| p.keys(c)).collect::<Vec<_>>()).unwrap_or_default();
+                if resyncing {
+                    self.queue.spread(pruned, resync);
+                } else {
+                    for key in pruned {
+                        self.queue.add(key);
+                    }
                 }
             }
         };

@@ -171,6 +171,19 @@ impl<K: Clone + Eq + Hash + Send + 'static> WorkQueue<K> {
         self.ready.notify_waiters();
     }
 
+    /// Work `keys` spread evenly over `over` from now, the first at once (a resync's every key):
+    /// each at an instant of its own, so a sweep of ten thousand never stands in front of the
+    /// keys asked for meanwhile. A key asked for sooner (a change) is worked sooner.
+    pub fn spread(&self, keys: impl IntoIterator<Item = K>, over: Duration) {
+        let keys: Vec<K> = keys.into_iter().collect();
+        let (now, count) = (crate::index::clock::now(), keys.len().max(1));
+        for (i, key) in keys.into_iter().enumerate() {
+            #[allow(clippy::cast_precision_loss)] // at most a few hundred thousand keys
+            let share = i as f64 / count as f64;
+            self.add_at(key, now + over.mul_f64(share));
+        }
+    }
+
     /// How many distinct keys wait (now or later, or once more after their work).
     pub fn depth(&self) -> usize {
         let state = self.state.lock();
@@ -351,6 +364,27 @@ mod tests {
             }
         });
         log
+    }
+
+    /// A resync's sweep spread over its period: at any instant only its share is ready, and a
+    /// key asked for meanwhile (a change) is worked at once, not after the sweep.
+    #[tokio::test(start_paused = true)]
+    async fn a_spread_sweep_does_not_stand_in_front_of_a_change() {
+        let queue = WorkQueue::new();
+        let log = logging(&queue, 1, |_| Some(Outcome::Done));
+        let keys: Vec<&'static str> = (0..100).map(|n| &*Box::leak(format!("ns-{n}").into_boxed_str())).collect();
+        queue.spread(keys.iter().copied(), Duration::from_secs(100));
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        assert_eq!(logged(&log, "ns-0"), 1, "the first at once");
+        assert_eq!(logged(&log, "ns-50"), 0, "the others at their own instants");
+        queue.add("ns-99");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        assert_eq!(logged(&log, "ns-99"), 1, "a change worked at once, not behind the sweep");
+        tokio::time::sleep(Duration::from_secs(50)).await;
+        assert_eq!(logged(&log, "ns-50"), 1, "at its share of the period");
+        tokio::time::sleep(Duration::from_secs(50)).await;
+        assert!(keys.iter().all(|k| logged(&log, k) >= 1), "every key within the period");
+        assert_eq!(logged(&log, "ns-99"), 1, "worked once: asked for sooner, not again later");
     }
 
     #[tokio::test(start_paused = true)]

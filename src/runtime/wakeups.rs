@@ -15,8 +15,12 @@ use crate::index::dirty::Dirty;
 pub enum Wakeup<T> {
     /// These were marked changed since the last look, each once.
     Changes(Vec<T>),
-    /// The resync tick, or leadership changed: look at everything.
+    /// The start, or leadership changed: look at everything, now.
     Everything,
+    /// A resync tick after the first: look at everything, spread over the period
+    /// ([`WorkQueue::spread`](crate::runtime::queue::WorkQueue::spread)), so a sweep of every key
+    /// never stands in front of the changes asked for meanwhile.
+    Resync,
 }
 
 /// The sources of wakeups of one controller loop.
@@ -26,13 +30,15 @@ pub struct Wakeups<T> {
     leader: watch::Receiver<bool>,
     /// Closed when leadership can no longer change (no election): the last value stands.
     leader_open: bool,
+    /// The first tick (at once) has come.
+    started: bool,
 }
 
 impl<T: Ord> Wakeups<T> {
     pub fn new(changes: Dirty<T>, resync: Duration, leader: watch::Receiver<bool>) -> Self {
         let mut tick = tokio::time::interval(resync);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        Wakeups { changes, tick, leader, leader_open: true }
+        Wakeups { changes, tick, leader, leader_open: true, started: false }
     }
 
     /// The next wakeup; `None` on shutdown.
@@ -40,7 +46,7 @@ impl<T: Ord> Wakeups<T> {
         loop {
             return tokio::select! {
                 () = shutdown.cancelled() => None,
-                _ = self.tick.tick() => Some(Wakeup::Everything),
+                _ = self.tick.tick() => Some(if std::mem::replace(&mut self.started, true) { Wakeup::Resync } else { Wakeup::Everything }),
                 changes = self.changes.next() => Some(Wakeup::Changes(changes)),
                 changed = self.leader.changed(), if self.leader_open => match changed {
                     Ok(()) => Some(Wakeup::Everything),
@@ -65,6 +71,8 @@ mod tests {
         let mut wakeups = Wakeups::new(changes.clone(), Duration::from_secs(3600), leader);
         let shutdown = CancellationToken::new();
         assert_eq!(wakeups.next(&shutdown).await, Some(Wakeup::Everything), "the first tick");
+        tokio::time::sleep(Duration::from_secs(3600)).await;
+        assert_eq!(wakeups.next(&shutdown).await, Some(Wakeup::Resync), "a later tick");
         for _ in 0..1000 {
             changes.mark("a");
             changes.mark("b");

@@ -389,12 +389,18 @@ impl Pruner {
     pub async fn feed(&self, changes: Dirty<Change>, resync: Duration, shutdown: &CancellationToken) {
         let mut wakeups = Wakeups::new(changes, resync, self.leader.changes());
         while let Some(wakeup) = wakeups.next(shutdown).await {
-            let changes = match wakeup {
-                Wakeup::Changes(changes) => changes,
-                Wakeup::Everything => vec![Change::All],
-            };
-            for key in changes.into_iter().flat_map(|c| self.keys(c)) {
-                self.queue.add(key);
+            match wakeup {
+                Wakeup::Changes(changes) => {
+                    for key in changes.into_iter().flat_map(|c| self.keys(c)) {
+                        self.queue.add(key);
+                    }
+                }
+                Wakeup::Everything => {
+                    for key in self.keys(Change::All) {
+                        self.queue.add(key);
+                    }
+                }
+                Wakeup::Resync => self.queue.spread(self.keys(Change::All), resync),
             }
         }
     }

@@ -72,6 +72,8 @@ const KCM_READY: [&str; 2] = ["\"Starting namespace controller\"", "\"Proceeding
 /// The test binary's control plane, started on first use.
 /// The static token of user `edgegate-producer` on every API server here (`--token-auth-file`).
 pub const MILO_USER_TOKEN: &str = "edgegate-producer-test-token";
+/// A second token of the same user: what a rotation hands over.
+pub const MILO_USER_NEXT_TOKEN: &str = "edgegate-producer-test-token-next";
 
 pub fn shared() -> &'static ControlPlane {
     SHARED.get_or_init(|| ControlPlane::start(false))
@@ -339,8 +341,10 @@ impl ControlPlane {
         ];
         let etcd = spawn_guarded(&bin.join("etcd"), &etcd_args, &dir.join("etcd.log"));
         let d = |f: &str| dir.join(f).display().to_string();
-        std::fs::write(dir.join("tokens.csv"), format!("{MILO_USER_TOKEN},edgegate-producer,edgegate-producer\n"))
-            .expect("tokens.csv");
+        let tokens = format!(
+            "{MILO_USER_TOKEN},edgegate-producer,edgegate-producer\n{MILO_USER_NEXT_TOKEN},edgegate-producer,edgegate-producer\n"
+        );
+        std::fs::write(dir.join("tokens.csv"), tokens).expect("tokens.csv");
         let mut apiserver_args: Vec<String> = vec![
             format!("--etcd-servers=http://127.0.0.1:{client}"),
             format!("--secure-port={secure}"),

@@ -148,9 +148,15 @@ pub fn milo_kubeconfig(backing: &ControlPlane, milo: &crate::milo::Milo, user: &
 
 /// The hub's Secret `edgegate-producer-milo` (key `kubeconfig`) set to `kubeconfig`.
 pub async fn set_milo_kubeconfig(hub: &ControlPlane, kubeconfig: &str) {
+    set_milo_secret(hub, &[("kubeconfig", kubeconfig)]).await;
+}
+
+/// The hub's Secret `edgegate-producer-milo` set to `entries` (key, content), its other keys gone.
+pub async fn set_milo_secret(hub: &ControlPlane, entries: &[(&str, &str)]) {
+    let data: serde_json::Map<String, Value> =
+        entries.iter().map(|(k, v)| ((*k).to_owned(), Value::from(base64(v.as_bytes())))).collect();
     let secret = json!({"apiVersion": "v1", "kind": "Secret",
-        "metadata": {"name": "edgegate-producer-milo", "namespace": NAMESPACE},
-        "data": {"kubeconfig": base64(kubeconfig.as_bytes())}});
+        "metadata": {"name": "edgegate-producer-milo", "namespace": NAMESPACE}, "data": data});
     apply_objects(hub, vec![secret]);
 }
 

@@ -389,3 +389,43 @@ async fn milo_credentials_refused_or_taken_up() {
     eprintln!("milo: the kubeconfig Secret changed → the producer stopped to start again after {took:?}");
     assert!(pod.log().contains("Milo's kubeconfig or a file it names changed"), "{}", pod.log());
 }
+
+/// A `tokenFile` beside the kubeconfig in the Secret, rotated while the producer runs: no restart
+/// (the kubeconfig is unchanged), the requests after the rotation carry the new token (a valid
+/// one keeps them succeeding; an invalid one, rotated in next, is refused: so it was read).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rotated_token_file_is_read_again_without_a_restart() {
+    use edgegate_system_tests::control_plane::{MILO_USER_NEXT_TOKEN, MILO_USER_TOKEN};
+    let (hub_cp, backing_cp) = (ControlPlane::own(), ControlPlane::own());
+    let (hub, backing) = (hub_cp.client().await, backing_cp.client().await);
+    let milo = Milo::serving(&hub, &backing_cp, &backing).await;
+    let render = shipped::install_with_milo("milo-token-file", &hub_cp, &backing_cp, &milo, &[]).await;
+    project(&backing, "alpha", "True").await;
+    let a = world::project_namespace(&backing, &hub, "alpha", "alpha-web", Some("fd20:0:a1::1")).await;
+    let kubeconfig = shipped::milo_kubeconfig(&backing_cp, &milo, "{tokenFile: token}");
+    shipped::set_milo_secret(&hub_cp, &[("kubeconfig", &kubeconfig), ("token", MILO_USER_TOKEN)]).await;
+    let pod = run(&hub_cp, &render, "edgegate-producer", 0, &[Rewrite::ListenAddress, Rewrite::MountPath]).await;
+    eventually(Duration::from_secs(60), "alpha's record", async || {
+        record(&hub, &a).await == Some(vec!["fd20:0:a1::1".to_owned()])
+    })
+    .await;
+    let pid = pod.pid();
+    // Each rotation: past the client's minute between reads of the file, then Milo's root
+    // watch cut (a 500, lifted), so the next requests are made with what the file says now.
+    let rotate = async |token: &str| {
+        shipped::set_milo_secret(&hub_cp, &[("kubeconfig", &kubeconfig), ("token", token)]).await;
+        tokio::time::sleep(Duration::from_secs(75)).await;
+        milo.set_fault(ROOT, Some(Fault::Status(500)));
+        eventually(Duration::from_secs(30), "the root watch cut", async || !discovery(&pod).0).await;
+        milo.set_fault(ROOT, None);
+    };
+    rotate(MILO_USER_NEXT_TOKEN).await;
+    eventually(Duration::from_secs(30), "listed again with the next token", async || discovery(&pod).0).await;
+    assert_eq!(pod.pid(), pid, "restarted for a token file");
+    rotate("not-a-token").await;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert!(!discovery(&pod).0, "listed with a token Milo does not know: the file was not read again");
+    let log = pod.log();
+    assert!(log.contains("401"), "refused as unauthorized: {}", &log[log.len().saturating_sub(2000)..]);
+    assert_eq!(pod.pid(), pid, "restarted for a token file");
+}
