@@ -22,7 +22,8 @@ async fn record(hub: &Client, hub_ns: &str) -> Option<Vec<String>> {
 
 /// Projects come and go in Milo: a Ready one is engaged and its records written; one not ready
 /// is left (no record) until it turns Ready; one whose requests Milo answers 500 goes unsynced
-/// alone, the others served; a deleted one is disengaged and its record left as it is.
+/// alone, the others served; a deleted one, lingering while its resources drain (as Milo's do),
+/// is left at once and its record left as it is.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn projects_discovered_from_milo_each_on_its_own() {
     let hub_cp = ControlPlane::own();
@@ -104,8 +105,27 @@ async fn projects_discovered_from_milo_each_on_its_own() {
     );
     assert!(idle <= 3, "an idle project polled: {idle} requests in 30 s");
 
-    // Beta deleted: disengaged, its record left as it is.
+    // Beta deleted as Milo deletes a Project: it lingers while its resources drain (a finalizer,
+    // condition ResourceCleanup), still Ready: left at once, not when it is gone.
+    use kube::api::{Patch, PatchParams};
+    let draining = json!({"apiVersion": "resourcemanager.miloapis.com/v1alpha1", "kind": "Project",
+        "metadata": {"name": "beta", "finalizers": ["milo.test/resource-cleanup"]}});
+    projects.patch("beta", &PatchParams::apply("milo-cleanup"), &Patch::Apply(&draining)).await.expect("finalizer");
+    let cleanup = json!({"apiVersion": "resourcemanager.miloapis.com/v1alpha1", "kind": "Project", "metadata": {"name": "beta"},
+        "status": {"conditions": [
+            {"type": "Ready", "status": "True", "reason": "Test", "message": "", "lastTransitionTime": "2026-12-05T00:00:00Z"},
+            {"type": "ResourceCleanup", "status": "True", "reason": "Deleting", "message": "", "lastTransitionTime": "2026-12-05T00:00:00Z"}]}});
+    projects.patch_status("beta", &PatchParams::apply("milo").force(), &Patch::Apply(&cleanup)).await.expect("cleanup");
     projects.delete("beta", &Default::default()).await.expect("delete beta");
+    eventually(Duration::from_secs(30), "beta left while it drains", async || {
+        metrics(producer).contains("edgegate_producer_projects{state=\"synced\"} 1")
+    })
+    .await;
+    assert!(projects.get_opt("beta").await.expect("get beta").is_some(), "beta lingers while it drains");
+    assert_eq!(record(&hub, &b).await.map(|r| r.len()), Some(2), "a draining project leaves its record");
+    let gone = json!({"apiVersion": "resourcemanager.miloapis.com/v1alpha1", "kind": "Project",
+        "metadata": {"name": "beta", "finalizers": []}});
+    projects.patch("beta", &PatchParams::apply("milo-cleanup"), &Patch::Apply(&gone)).await.expect("drained");
     eventually(Duration::from_secs(30), "beta disengaged", async || !metrics(producer).contains("project=\"beta\""))
         .await;
     assert_eq!(record(&hub, &b).await.map(|r| r.len()), Some(2), "a project that goes leaves its record");
