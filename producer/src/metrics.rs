@@ -110,7 +110,7 @@ impl Metrics {
         let discovery_listed_at = registered(
             &mut registry,
             "producer_discovery_last_listed_timestamp_seconds",
-            "When the projects were last listed whole from their source (Unix seconds; 0: never)",
+            "When the projects were last listed whole from their source, a watch's re-list (Unix seconds; no sample before the first)",
         );
         let discovery_failures = registered(
             &mut registry,
@@ -164,13 +164,14 @@ impl Metrics {
         }
     }
 
-    /// The series of discovery from `source`: synced, last listed, failures.
-    pub fn discovery(&self, source: &'static str) -> (Gauge, Gauge, Counter) {
+    /// The series of discovery from `source`: synced, failures, and the family of when it last
+    /// listed (its sample made at the first list: none before, rather than a 0 read as 1970).
+    pub fn discovery(&self, source: &'static str) -> (Gauge, Counter, Family<SourceLabels, Gauge>) {
         let labels = SourceLabels { source };
         (
             self.discovery_synced.get_or_create(&labels).clone(),
-            self.discovery_listed_at.get_or_create(&labels).clone(),
             self.discovery_failures.get_or_create(&labels).clone(),
+            self.discovery_listed_at.clone(),
         )
     }
 

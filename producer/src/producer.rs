@@ -634,23 +634,17 @@ impl Producer {
                     self.set_state();
                     self.forget_gone();
                 }
-                let keys = triggers.iter().flat_map(|t| self.keys(t));
+                // The pruner reads the records from the same view: what changed there (a
+                // namespace's record, or every one after a re-list) is its to pass over too.
+                let hub = triggers.iter().filter_map(|t| if let Trigger::Hub(c) = t { Some(c.clone()) } else { None });
+                let pruned =
+                    pruner.as_ref().map(|p| hub.flat_map(|c| p.keys(c)).collect::<Vec<_>>()).unwrap_or_default();
+                let keys: std::collections::BTreeSet<String> =
+                    triggers.iter().flat_map(|t| self.keys(t)).chain(pruned).collect();
                 if resyncing {
                     self.queue.spread(keys, resync);
                 } else {
                     for key in keys {
-                        self.queue.add(key);
-                    }
-                }
-                // The pruner reads the records from the same view: what changed there (a
-                // namespace's record, or every one after a re-list) is its to pass over too.
-                let hub = triggers.into_iter().filter_map(|t| if let Trigger::Hub(c) = t { Some(c) } else { None });
-                let pruned =
-                    pruner.as_ref().map(|p| hub.flat_map(|c| p.keys(c)).collect::<Vec<_>>()).unwrap_or_default();
-                if resyncing {
-                    self.queue.spread(pruned, resync);
-                } else {
-                    for key in pruned {
                         self.queue.add(key);
                     }
                 }

@@ -63,7 +63,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     });
     let metrics = Metrics::new().with_hub_token(&args.hub).with_milo_credential(args.milo_kubeconfig.as_deref());
     let metrics = Arc::new(if owner.is_some() { metrics.sharded() } else { metrics });
-    let discovery = crate::discovery::start(&args, &engaged, &metrics, shutdown).await?;
+    let discovery = crate::discovery::start(&args, &engaged, &metrics, shutdown, controller.stopper()).await?;
     let recorder = controller.recorder("edgegate-producer");
     let memory = Memory::new(args.withdraw_after, args.deletion.grace);
     // The namespaces to write (and, with --prune, to pass over): one key each.

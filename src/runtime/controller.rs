@@ -25,6 +25,8 @@ pub struct Controller {
     pub shutdown: CancellationToken,
     /// Run between the signal and `shutdown`, if given.
     drain: Arc<parking_lot::Mutex<Option<futures::future::BoxFuture<'static, ()>>>>,
+    /// Cancelled to stop as SIGTERM stops: drain, then `shutdown` ([`Controller::stopper`]).
+    asked: CancellationToken,
     election: (CancellationToken, JoinHandle<()>),
 }
 
@@ -36,8 +38,13 @@ impl Controller {
         let shutdown = CancellationToken::new();
         let drain: Arc<parking_lot::Mutex<Option<futures::future::BoxFuture<'static, ()>>>> = Arc::default();
         let (then, draining) = (shutdown.clone(), Arc::clone(&drain));
+        let asked = CancellationToken::new();
+        let stopping = asked.clone();
         tokio::spawn(async move {
-            super::process::shutdown_signal().await;
+            tokio::select! {
+                () = super::process::shutdown_signal() => {}
+                () = stopping.cancelled() => {}
+            }
             let drain = draining.lock().take();
             if let Some(drain) = drain {
                 drain.await;
@@ -47,7 +54,13 @@ impl Controller {
         let stop = CancellationToken::new();
         let (leader, task) = elect(&client, lease, stop.clone());
         let identity = lease.identity.clone();
-        Ok(Controller { hub: client, identity, leader, shutdown, drain, election: (stop, task) })
+        Ok(Controller { hub: client, identity, leader, shutdown, drain, asked, election: (stop, task) })
+    }
+
+    /// A token that, cancelled, stops the process as SIGTERM does (its drain first): for a
+    /// process that must start again to take something up.
+    pub fn stopper(&self) -> CancellationToken {
+        self.asked.clone()
     }
 
     /// On SIGTERM, run `drain` (bounded by the caller) before the loop is told to stop: a

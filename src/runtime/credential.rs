@@ -90,18 +90,25 @@ pub fn files(path: &Path) -> Vec<PathBuf> {
     files
 }
 
-/// Until a file of [`files`] of `path` changes (or appears, or goes); which one. Looked at every
-/// [`LOOK_EVERY`]: a Secret volume is updated by swapping a link, which a poll sees whatever the
-/// file system tells.
-pub async fn changed(path: &Path) -> PathBuf {
-    let read = |files: &[PathBuf]| files.iter().map(|f| (f.clone(), std::fs::read(f).ok())).collect::<Vec<_>>();
-    let first = read(&files(path));
+/// What [`files`] of `path` hold now (`None`: not there).
+pub fn read(path: &Path) -> Vec<(PathBuf, Option<Vec<u8>>)> {
+    files(path)
+        .into_iter()
+        .map(|f| {
+            let content = std::fs::read(&f).ok();
+            (f, content)
+        })
+        .collect()
+}
+
+/// Until a file of [`files`] of `path` differs from `first` (changed, come or gone); which one.
+/// Looked at every [`LOOK_EVERY`]: a Secret volume is updated by swapping a link, which a poll
+/// sees whatever the file system tells.
+pub async fn changed(path: &Path, first: Vec<(PathBuf, Option<Vec<u8>>)>) -> PathBuf {
     loop {
         tokio::time::sleep(LOOK_EVERY).await;
-        let now = read(&files(path));
-        if let Some((file, _)) =
-            now.iter().find(|(file, content)| !first.iter().any(|(f, c)| f == file && c == content))
-        {
+        let now = read(path);
+        if let Some((file, _)) = now.iter().find(|entry| !first.contains(entry)) {
             return file.clone();
         }
         if let Some((file, _)) = first.iter().find(|(file, _)| !now.iter().any(|(f, _)| f == file)) {
@@ -187,6 +194,21 @@ mod tests {
         assert_eq!(hub_token_expiry(&hub(Some("other"))), None, "a token that is no JWT");
         assert_eq!(hub_token_expiry(&hub(Some("missing"))), None);
         assert_eq!(hub_token_expiry(&HubArgs::default()), None, "in a Pod the kubelet renews it");
+    }
+
+    /// A certificate file rotated beside an unchanged kubeconfig is seen; nothing changing is not.
+    #[tokio::test(start_paused = true)]
+    async fn a_rotated_certificate_file_is_seen() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("kubeconfig");
+        std::fs::write(&path, kubeconfig("{client-certificate: tls.crt, client-key: tls.key}")).expect("write");
+        std::fs::write(dir.path().join("tls.crt"), "first").expect("write");
+        let quiet = tokio::time::timeout(LOOK_EVERY * 5, changed(&path, read(&path))).await;
+        assert!(quiet.is_err(), "nothing changed: {quiet:?}");
+        let first = read(&path);
+        std::fs::write(dir.path().join("tls.crt"), "renewed").expect("write");
+        let seen = tokio::time::timeout(LOOK_EVERY * 2, changed(&path, first)).await;
+        assert_eq!(seen.ok(), Some(dir.path().join("tls.crt")));
     }
 
     fn kubeconfig(user: &str) -> String {

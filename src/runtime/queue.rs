@@ -177,14 +177,25 @@ impl<K: Clone + Eq + Hash + Send + 'static> WorkQueue<K> {
     pub fn spread(&self, keys: impl IntoIterator<Item = K>, over: Duration) {
         let keys: Vec<K> = keys.into_iter().collect();
         let (now, count) = (crate::index::clock::now(), keys.len().max(1));
+        let mut state = self.state.lock();
         for (i, key) in keys.into_iter().enumerate() {
             #[allow(clippy::cast_precision_loss)] // at most a few hundred thousand keys
             let share = i as f64 / count as f64;
-            self.add_at(key, now + over.mul_f64(share));
+            // A period too long to add to the clock: every key now.
+            match now.checked_add(over.mul_f64(share)).filter(|at| *at > now) {
+                Some(at) => state.at(key, at),
+                None => {
+                    state.now(key, now);
+                }
+            }
         }
+        drop(state);
+        self.ready.notify_waiters();
+        self.ready.notify_one();
     }
 
-    /// How many distinct keys wait (now or later, or once more after their work).
+    /// How many distinct keys wait (now or later, or once more after their work): a resync's
+    /// spread sweep counts whole, the oldest wait ([`WorkQueue::oldest`]) says whether any is late.
     pub fn depth(&self) -> usize {
         let state = self.state.lock();
         state.ready.len() + state.later.len() + state.again.len()
@@ -377,6 +388,7 @@ mod tests {
         tokio::time::sleep(Duration::from_millis(10)).await;
         assert_eq!(logged(&log, "ns-0"), 1, "the first at once");
         assert_eq!(logged(&log, "ns-50"), 0, "the others at their own instants");
+        assert_eq!(queue.oldest(), Duration::ZERO, "keys asked for later are not behind");
         queue.add("ns-99");
         tokio::time::sleep(Duration::from_millis(10)).await;
         assert_eq!(logged(&log, "ns-99"), 1, "a change worked at once, not behind the sweep");

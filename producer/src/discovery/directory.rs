@@ -33,7 +33,8 @@ pub async fn follow_projects_dir(dir: &Path, engaged: &Engaged, discovery: &Disc
             }
         }
         tokio::select! {
-            _ = changes.changed.recv() => {}
+            // A closed channel (no watcher could be made) disables this branch: the sleep paces.
+            Some(_) = changes.changed.recv() => {}
             () = tokio::time::sleep(std::time::Duration::from_secs(if watching { 30 } else { 1 })) => {}
         }
     }

@@ -11,19 +11,22 @@ use anyhow::Context;
 use edgegate::runtime::supervise::essential;
 use parking_lot::Mutex;
 use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use tokio_util::sync::CancellationToken;
 
 use crate::args::Args;
 use crate::engaged::Engaged;
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, SourceLabels};
 
-/// Start finding the projects from where `args` says, into `engaged`; how that goes.
+/// Start finding the projects from where `args` says, into `engaged`; how that goes. `stop`
+/// stops the process as SIGTERM does (a changed credential is taken up by starting again).
 pub async fn start(
     args: &Args,
     engaged: &Engaged,
     metrics: &Metrics,
     shutdown: &CancellationToken,
+    stop: CancellationToken,
 ) -> anyhow::Result<Discovery> {
     Ok(match (&args.project_kubeconfig, &args.projects_dir, &args.milo_kubeconfig) {
         (Some(file), _, _) => {
@@ -43,17 +46,25 @@ pub async fn start(
             discovery
         }
         (None, None, Some(milo)) => {
+            // What the clients are made from, read before they are.
+            let first = edgegate::runtime::credential::read(milo);
             let clients = edgegate::runtime::client::PathClients::new(Some(milo), None)
                 .await
                 .with_context(|| format!("Milo's kubeconfig {}", milo.display()))?;
             // Its certificates are read once, here: a rotated one (a Secret updated, a CSI
-            // driver's renewal) is taken up by starting again, said in the log. A token file
-            // needs none: each client reads it again as it changes.
-            let (file, stop) = (milo.clone(), shutdown.clone());
+            // driver's renewal) is taken up by starting again, as SIGTERM stops (a sharing
+            // replica hands its buckets over), said in the log. After a wait of its own, so
+            // replicas that mount the same Secret do not all stop at once. A token file needs
+            // none: each client reads it again as it changes.
+            let file = milo.clone();
             essential("Milo's credential files", shutdown, async move {
-                let changed = edgegate::runtime::credential::changed(&file).await;
-                tracing::warn!(file = %changed.display(), "Milo's kubeconfig or a file it names changed; stopping, to start again with it");
+                let changed = edgegate::runtime::credential::changed(&file, first).await;
+                let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+                let wait = std::time::Duration::from_millis(u64::from(nanos.subsec_nanos()) % 30_000);
+                tracing::warn!(file = %changed.display(), ?wait, "Milo's kubeconfig or a file it names changed; stopping, to start again with it");
+                tokio::time::sleep(wait).await;
                 stop.cancel();
+                std::future::pending::<()>().await;
             });
             let discovery = Discovery::new("milo", metrics);
             let (engaged, found) = (engaged.clone(), discovery.clone());
@@ -84,14 +95,14 @@ struct State {
     /// The last failure since the last whole list.
     failure: Mutex<Option<String>>,
     synced: Gauge,
-    listed_at: Gauge,
     failures: Counter,
+    listed_at: Family<SourceLabels, Gauge>,
 }
 
 impl Discovery {
     /// Discovery from `source`, counted in `metrics`' series for it.
     pub fn new(source: &'static str, metrics: &crate::metrics::Metrics) -> Self {
-        let (synced, listed_at, failures) = metrics.discovery(source);
+        let (synced, failures, listed_at) = metrics.discovery(source);
         Discovery(Arc::new(State {
             source,
             listed_once: AtomicBool::new(false),
@@ -112,7 +123,7 @@ impl Discovery {
             tracing::info!(source = state.source, after = error, "projects listed again");
         }
         state.synced.set(1);
-        state.listed_at.set(unix_now());
+        state.listed_at.get_or_create(&SourceLabels { source: state.source }).set(unix_now());
     }
 
     /// Listing failed: the projects engaged stay as they are until it lists again. Logged when

@@ -55,7 +55,10 @@ async fn milo_project(
     use edgegate::core::milo::{Engagement, Project, control_plane_path, engagement};
     let clients = edgegate::runtime::client::PathClients::new(Some(kubeconfig), context).await?;
     let projects: kube::Api<Project> = kube::Api::all(clients.at("")?);
-    match projects.get_opt(project).await.with_context(|| format!("reading Project {project} at Milo's root"))? {
+    // A list by name: the producer's grant on Milo (deploy/milo) is list and watch, not get.
+    let by_name = kube::api::ListParams::default().fields(&format!("metadata.name={project}"));
+    let listed = projects.list(&by_name).await.with_context(|| format!("listing Project {project} at Milo's root"))?;
+    match listed.items.into_iter().next() {
         Some(found) => match engagement(&found) {
             Engagement::Engage => println!("project {project}: engaged by the producer"),
             Engagement::Leave(why) => println!("project {project}: left by the producer ({why}); what it would serve:"),

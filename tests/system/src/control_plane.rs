@@ -69,12 +69,12 @@ pub const EDGEGATE_ACCOUNTS: &str = "system:serviceaccounts:edgegate-system";
 /// garbage collector has synced its monitors (kube-controller-manager serves no health port here).
 const KCM_READY: [&str; 2] = ["\"Starting namespace controller\"", "\"Proceeding to collect garbage\""];
 
-/// The test binary's control plane, started on first use.
 /// The static token of user `edgegate-producer` on every API server here (`--token-auth-file`).
 pub const MILO_USER_TOKEN: &str = "edgegate-producer-test-token";
 /// A second token of the same user: what a rotation hands over.
 pub const MILO_USER_NEXT_TOKEN: &str = "edgegate-producer-test-token-next";
 
+/// The test binary's control plane, started on first use.
 pub fn shared() -> &'static ControlPlane {
     SHARED.get_or_init(|| ControlPlane::start(false))
 }
