@@ -123,7 +123,8 @@ impl Discovery {
             tracing::info!(source = state.source, after = error, "projects listed again");
         }
         state.synced.set(1);
-        state.listed_at.get_or_create(&SourceLabels { source: state.source }).set(unix_now());
+        let now = k8s_openapi::jiff::Timestamp::now().as_second();
+        state.listed_at.get_or_create(&SourceLabels { source: state.source }).set(now);
     }
 
     /// Listing failed: the projects engaged stay as they are until it lists again. Logged when
@@ -154,9 +155,4 @@ impl Discovery {
             None => format!("projects not discovered yet ({})", state.source),
         })
     }
-}
-
-fn unix_now() -> i64 {
-    let since = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
-    i64::try_from(since.as_secs()).unwrap_or(i64::MAX)
 }

@@ -181,6 +181,30 @@ async fn change(
     started.elapsed()
 }
 
+/// Changes at 20/s for 60 s, round-robin over the serving projects (as many as `generations`),
+/// each waited for until a record names it and the address it replaced has left; reported in a
+/// line starting `fleet: {label}`. How long each took to be named, and each old one to leave.
+async fn changes_at_20(
+    label: &str,
+    backing: &Client,
+    hub_namespaces: &[String],
+    generations: &mut [usize],
+    probe: &Mutex<Probe>,
+) -> (Vec<Duration>, Vec<Duration>) {
+    let serving = generations.len();
+    let took = change(backing, hub_namespaces, 0..serving, generations, probe, 20.0, Duration::from_secs(60)).await;
+    let (named, withdrawn, superseded) = settle(probe).await;
+    eprintln!(
+        "fleet: {label}{} changes at 20/s over {serving} serving projects ({took:.1?}; {superseded} more replaced before any record named them): record names the new address after median {:.1?}, p99 {:.1?}, max {:.1?}; the old one leaves after median {:.1?} (--withdraw-after 15s)",
+        named.len(),
+        percentile(&named, 0.5),
+        percentile(&named, 0.99),
+        percentile(&named, 1.0),
+        percentile(&withdrawn, 0.5),
+    );
+    (named, withdrawn)
+}
+
 /// Until every change sent is named and every address it replaced has left; what was measured.
 async fn settle(probe: &Mutex<Probe>) -> (Vec<Duration>, Vec<Duration>, usize) {
     settle_within(probe, Duration::from_secs(120)).await
@@ -305,18 +329,8 @@ async fn fleet() {
     let watching = watch_records(hub.clone(), Arc::clone(&probe));
     let mut generations = vec![0; serving];
     let baseline = tokio::spawn(copy_collected(hub.clone(), hub_namespaces[2].clone(), "fd20:dead::2"));
-    let took =
-        change(&backing, &hub_namespaces, 0..serving, &mut generations, &probe, 20.0, Duration::from_secs(60)).await;
-    let (named, withdrawn, superseded) = settle(&probe).await;
+    let (named, withdrawn) = changes_at_20("", &backing, &hub_namespaces, &mut generations, &probe).await;
     let changes_p99 = percentile(&named, 0.99);
-    eprintln!(
-        "fleet: {} changes at 20/s over {serving} serving projects ({took:.1?}; {superseded} more replaced before any record named them): record names the new address after median {:.1?}, p99 {:.1?}, max {:.1?}; the old one leaves after median {:.1?} (--withdraw-after 15s)",
-        named.len(),
-        percentile(&named, 0.5),
-        percentile(&named, 0.99),
-        percentile(&named, 1.0),
-        percentile(&withdrawn, 0.5),
-    );
     let usual = baseline.await.expect("baseline copy");
     eprintln!("fleet: an unserved copy in a healthy project collected after {usual:.1?} (--grace 30s)");
 
@@ -795,17 +809,8 @@ async fn large_fleet() {
     );
 
     let mut generations = vec![0; serving];
-    let took =
-        change(&backing, &hub_namespaces, 0..serving, &mut generations, &probe, 20.0, Duration::from_secs(60)).await;
-    let (named, withdrawn, superseded) = settle(&probe).await;
+    let (named, _) = changes_at_20("large: ", &backing, &hub_namespaces, &mut generations, &probe).await;
     let p99 = percentile(&named, 0.99);
-    eprintln!(
-        "fleet: large: {} changes at 20/s over {serving} serving projects ({took:.1?}; {superseded} superseded): named after median {:.1?}, p99 {p99:.1?}, max {:.1?}; the old one leaves after median {:.1?}",
-        named.len(),
-        percentile(&named, 0.5),
-        percentile(&named, 1.0),
-        percentile(&withdrawn, 0.5),
-    );
     watching.abort();
 
     if total >= 10_000 {
