@@ -11,7 +11,7 @@ use edgegate::index::Change;
 use edgegate::index::dirty::Dirty;
 use edgegate::index::project::{KindWriter, ProjectIndex};
 use edgegate::index::source::budget::ListBudget;
-use edgegate::index::source::follow::{PROJECT_WATCH_TIMEOUT_SECS, Whole};
+use edgegate::index::source::follow::{Whole, project_watch_timeout};
 use edgegate::runtime::supervise::essential;
 use kube::{Api, Client};
 use parking_lot::Mutex;
@@ -261,7 +261,7 @@ impl ProjectWatches {
             &self.of,
             Api::all(self.client.clone()),
             writer,
-            PROJECT_WATCH_TIMEOUT_SECS,
+            project_watch_timeout(),
             budget,
             &self.shutdown,
         )

@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 
 use edgegate::core::milo::{Engagement, Project, control_plane_path, engagement};
-use edgegate::index::source::follow::{PROJECT_WATCH_TIMEOUT_SECS, SnapshotSink, Whole, follow};
+use edgegate::index::source::follow::{SnapshotSink, Whole, follow, project_watch_timeout};
 use edgegate::runtime::client::PathClients;
 use kube::ResourceExt;
 use kube::core::error_boundary::InvalidObject;
@@ -20,7 +20,7 @@ use crate::engaged::Engaged;
 pub async fn follow_milo(clients: PathClients, engaged: Engaged, discovery: Discovery) -> anyhow::Result<()> {
     let root = clients.at("")?;
     let mut sink = Whole::new(MiloProjects { clients, engaged, discovery, left: BTreeMap::new() });
-    let config = watcher::Config::default().timeout(PROJECT_WATCH_TIMEOUT_SECS).streaming_lists();
+    let config = watcher::Config::default().timeout(project_watch_timeout()).streaming_lists();
     follow(kube::Api::all(root), config, &mut sink).await;
     Ok(())
 }

@@ -189,13 +189,23 @@ fn streaming(config: &watcher::Config) -> bool {
     config.initial_list_strategy == watcher::InitialListStrategy::StreamingList
 }
 
-/// How long one watch request of a project's lasts: a project's watches are long, so an idle
-/// project costs Milo (or its API server) a request per watch every few minutes, not every 10 s.
-/// Its client's read timeout (`runtime::client::PROJECT_READ_TIMEOUT`) is longer than the
-/// API server's watch bookmarks come (about every minute), so a quiet watch is never timed out;
-/// a project cut off silently is noticed within that read timeout, and only that project
-/// becomes incomplete.
-pub const PROJECT_WATCH_TIMEOUT_SECS: u32 = 290;
+/// How long one watch request of a project's lasts: drawn once per watch between these (10 to 20
+/// minutes), so an idle project costs Milo (or its API server) a request per watch every quarter
+/// of an hour on average, and watches started together (a cold start, a failover, Milo coming
+/// back) renew spread over five minutes and more, never as a wave. Renewals are not paced by a
+/// [`super::budget::ListBudget`] (they resume from where the watch was, no list): ten minutes is
+/// longer than 10,000 projects take to list at its pace, so a cold start of that size sees none.
+/// client-go's reflectors draw 5 to 10 minutes, a kube-apiserver left to choose 30 to 60; length
+/// costs nothing here: the client's read timeout (`runtime::client::PROJECT_READ_TIMEOUT`) is
+/// longer than the API server's watch bookmarks come (about every minute), so a quiet watch is
+/// never timed out, and a project cut off silently is noticed within that read timeout (only that
+/// project becomes incomplete).
+pub const PROJECT_WATCH_TIMEOUT_SECS: std::ops::Range<u32> = 600..1200;
+
+/// A project watch's length, drawn from [`PROJECT_WATCH_TIMEOUT_SECS`].
+pub fn project_watch_timeout() -> u32 {
+    fastrand::u32(PROJECT_WATCH_TIMEOUT_SECS)
+}
 
 /// Feed `sink` from `api` until the task is dropped. Each watch request lasts `config`'s timeout,
 /// or [`WATCH_TIMEOUT_SECS`] if it sets none. Each object is decoded on its own: one that
