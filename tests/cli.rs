@@ -113,6 +113,7 @@ fn deploy_keeps_the_generated_producer_roles() {
         ("--producer", "deploy/components/producer/roles.yaml"),
         ("--milo", "deploy/milo/roles.yaml"),
         ("--project", "deploy/project/roles.yaml"),
+        ("--milo-iam", "deploy/milo-iam/role.yaml"),
     ] {
         let (code, printed) = edgegate(&["rbac", flag]);
         assert_eq!(code, 0);

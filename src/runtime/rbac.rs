@@ -124,3 +124,24 @@ pub fn role_yaml(kind: &str, name: &str, namespace: Option<&str>, rules: &[Rule]
     }
     out
 }
+
+/// The name Milo's IAM gives a group's permissions: the group itself, the core group
+/// `core.miloapis.com` (as Milo registers namespaces).
+fn iam_service(group: &str) -> &str {
+    if group.is_empty() { "core.miloapis.com" } else { group }
+}
+
+/// An IAM `Role` (`iam.miloapis.com/v1alpha1`) granting `rules` as Milo's IAM names permissions
+/// (`{service}/{resource}.{verb}`), as YAML: the same calls as [`role_yaml`], for a Milo that
+/// authorizes through its IAM webhook.
+pub fn iam_role_yaml(name: &str, namespace: &str, rules: &[Rule]) -> String {
+    let mut out = format!(
+        "apiVersion: iam.miloapis.com/v1alpha1\nkind: Role\nmetadata:\n  name: {name}\n  namespace: {namespace}\nspec:\n  launchStage: Beta\n  includedPermissions:\n"
+    );
+    for r in rules {
+        for verb in r.verbs {
+            out.push_str(&format!("    - {}/{}.{verb}\n", iam_service(r.group), r.resource));
+        }
+    }
+    out
+}

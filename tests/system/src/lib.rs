@@ -4,6 +4,7 @@
 
 pub mod cert_manager;
 pub mod control_plane;
+pub mod docs;
 pub mod fence_audit;
 pub mod helpers;
 pub mod milo;

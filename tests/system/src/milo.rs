@@ -76,10 +76,12 @@ impl Drop for Milo {
 
 impl Milo {
     /// The stand-in as the suites use it: edgegate's CRD on `hub`, the project kinds' and Milo's
-    /// `Project` CRDs on `backing_cp` (served before it returns), and Milo in front of it.
+    /// `Project` and IAM CRDs on `backing_cp` (served before it returns) with Milo's own
+    /// namespace `milo-system` at its root, and Milo in front of it.
     pub async fn serving(hub: &kube::Client, backing_cp: &ControlPlane, backing: &kube::Client) -> Milo {
         crate::helpers::install_crd(hub).await;
         world::install_crds(backing_cp);
+        crate::helpers::namespace(backing, "milo-system", &[]).await;
         let proxies: kube::Api<kube::api::DynamicObject> =
             kube::Api::all_with(backing.clone(), &crate::soak::project::resource("HTTPProxy", "httpproxies"));
         crate::helpers::eventually(std::time::Duration::from_secs(30), "Milo's CRDs served", async || {
@@ -344,7 +346,7 @@ pub mod world {
 
     /// [`install_crds`] with `kubeconfig` (e.g. a project server's).
     pub fn install_crds_with(kubeconfig: &std::path::Path) {
-        for file in ["tests/crds/project.yaml", "tests/crds/milo.yaml"] {
+        for file in ["tests/crds/project.yaml", "tests/crds/milo.yaml", "tests/crds/milo-iam.yaml"] {
             let out = std::process::Command::new("kubectl")
                 .arg(format!("--kubeconfig={}", kubeconfig.display()))
                 .args(["apply", "--server-side", "-f"])

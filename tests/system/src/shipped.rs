@@ -7,7 +7,7 @@
 //! replicas in network namespaces of their own, published behind its Service by
 //! kube-controller-manager's EndpointSlice controller where it can ([`webhook_in`]).
 
-use k8s_openapi::api::core::v1::{Secret, ServiceAccount};
+use k8s_openapi::api::core::v1::Secret;
 use kube::Api;
 use kube::api::{Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
@@ -171,28 +171,14 @@ pub fn grant_project_server(server: &crate::control_plane::ProjectServer) {
 /// The kubeconfig [`add_project`] hands over: the producer's identity on `project`, made there as
 /// docs/producer.md says (deploy/project applied, a token of its ServiceAccount).
 pub async fn project_kubeconfig(project: &ControlPlane) -> String {
-    Render::of(&crate::control_plane::repo().join("deploy/project")).apply_with(&project.kubeconfig, |_| true);
-    let client = project.client().await;
-    let accounts: Api<ServiceAccount> = Api::namespaced(client, NAMESPACE);
-    let account = json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "edgegate-producer"}});
-    accounts
-        .patch("edgegate-producer", &PatchParams::apply("operator").force(), &Patch::Apply(&account))
-        .await
-        .expect("project ServiceAccount");
-    let request = k8s_openapi::api::authentication::v1::TokenRequest {
-        spec: Some(k8s_openapi::api::authentication::v1::TokenRequestSpec {
-            expiration_seconds: Some(86_400),
-            ..Default::default()
-        }),
-        ..Default::default()
-    };
-    let token = accounts
-        .create_token_request("edgegate-producer", &PostParams::default(), &request)
-        .await
-        .expect("project token")
-        .status
-        .and_then(|s| s.token)
-        .expect("token");
+    // docs/producer.md's commands "in each project control plane", pasted as written: the last
+    // line they print is the token.
+    let clone = crate::docs::clone();
+    std::fs::copy(&project.kubeconfig, clone.path().join("acme-admin.kubeconfig"))
+        .expect("the project's admin kubeconfig");
+    let (in_project, _) = crate::docs::split_at(&crate::docs::sh_block("producer.md", "## Deploy"), "# on the hub");
+    let said = crate::docs::paste(clone.path(), &project.kubeconfig, &in_project);
+    let token = said.lines().last().expect("a token printed").trim().to_owned();
     let ca = std::fs::read(project.dir.join("ca.crt")).expect("project CA");
     format!(
         "apiVersion: v1\nkind: Config\nclusters:\n- name: project\n  cluster:\n    server: {}\n    certificate-authority-data: {}\n\
@@ -201,6 +187,18 @@ pub async fn project_kubeconfig(project: &ControlPlane) -> String {
         project.server,
         base64(&ca),
     )
+}
+
+/// Project `acme` handed over as docs/producer.md's "Deploy" says, every command of it pasted as
+/// written: in `project` its identity and a token ([`project_kubeconfig`]), `acme.kubeconfig`
+/// written with them, then on `hub` the Secret created from that file (the hub's install applied
+/// before, as the page says).
+pub async fn add_acme_as_documented(hub: &ControlPlane, project: &ControlPlane) {
+    let kubeconfig = project_kubeconfig(project).await;
+    let clone = crate::docs::clone();
+    std::fs::write(clone.path().join("acme.kubeconfig"), kubeconfig).expect("acme.kubeconfig");
+    let (_, on_hub) = crate::docs::split_at(&crate::docs::sh_block("producer.md", "## Deploy"), "# on the hub");
+    crate::docs::paste(clone.path(), &hub.kubeconfig, &on_hub);
 }
 
 /// Key `<name>.kubeconfig` of the hub's Secret `edgegate-producer-projects` set to `kubeconfig`

@@ -6,13 +6,19 @@
 
 use edgegate_system_tests::helpers::*;
 use edgegate_system_tests::milo::{Fault, Milo, PROJECT_LABEL, ROOT, world};
-use edgegate_system_tests::pod::{Rewrite, RunningPod, run};
+use edgegate_system_tests::pod::{Render, Rewrite, RunningPod, run};
 use edgegate_system_tests::shipped;
 use edgegate_system_tests::soak::project::{put, resource};
 use kube::api::DynamicObject;
 
 async fn project(backing: &Client, name: &str, ready: &str) {
     world::project(backing, name, Some(ready)).await;
+}
+
+/// A kind of Milo's IAM (tests/crds/milo-iam.yaml).
+fn iam(kind: &str, plural: &str) -> kube::discovery::ApiResource {
+    let gvk = kube::api::GroupVersionKind::gvk("iam.miloapis.com", "v1alpha1", kind);
+    kube::discovery::ApiResource::from_gvk_with_plural(&gvk, plural)
 }
 
 async fn record(hub: &Client, hub_ns: &str) -> Option<Vec<String>> {
@@ -355,6 +361,82 @@ fn discovery(pod: &RunningPod) -> (bool, u64) {
         |name: &str| scrape.lines().find_map(|l| l.strip_prefix(name)?.trim().parse::<f64>().ok()).unwrap_or_default();
     let synced = value("edgegate_producer_discovery_synced{source=\"milo\"} ") == 1.0;
     (synced, value("edgegate_producer_discovery_failures_total{source=\"milo\"} ") as u64)
+}
+
+/// docs/producer.md's Milo install pasted as written, in a clone, kubectl's current context the
+/// hub's: "Milo's side" (its own kustomization binding a group: the group may then list projects
+/// and read a project's proxies, and nothing more), then "Deploy" with Milo, the hub's install
+/// applied where the page says to add the component and apply. The producer, run as the render
+/// ships it with that Secret, engages a Ready project and writes its record.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_documented_milo_install_works_when_pasted() {
+    use edgegate_system_tests::docs::{clone, paste, sh_block, split_at};
+    let (hub_cp, backing_cp) = (ControlPlane::own(), ControlPlane::own());
+    let (hub, backing) = (hub_cp.client().await, backing_cp.client().await);
+    let milo = Milo::serving(&hub, &backing_cp, &backing).await;
+    let clone = clone();
+    std::fs::copy(&backing_cp.kubeconfig, clone.path().join("milo-admin.kubeconfig")).expect("Milo's admin kubeconfig");
+    let token = format!("{{token: {}}}", edgegate_system_tests::control_plane::MILO_USER_TOKEN);
+    std::fs::write(clone.path().join("milo.kubeconfig"), shipped::milo_kubeconfig(&backing_cp, &milo, &token))
+        .expect("the producer's kubeconfig");
+
+    paste(clone.path(), &hub_cp.kubeconfig, &sh_block("producer.md", "### Milo's side"));
+    let may = |verb: &str, what: &str| {
+        let commands = format!(
+            "kubectl --kubeconfig milo-admin.kubeconfig auth can-i {verb} {what} --as=someone --as-group=my-producers || true"
+        );
+        paste(clone.path(), &hub_cp.kubeconfig, &commands).trim() == "yes"
+    };
+    assert!(may("watch", "projects.resourcemanager.miloapis.com"), "the group may not watch projects");
+    assert!(may("list", "httpproxies.networking.datumapis.com"), "the group may not list proxies");
+    assert!(!may("create", "httpproxies.networking.datumapis.com"), "the group may write");
+
+    // Its IAM alternative: refused as shipped (no uid), applied as the page says with the uid of
+    // the producer's User.
+    let users = Api::<DynamicObject>::all_with(backing.clone(), &iam("User", "users"));
+    let user: DynamicObject = serde_json::from_value(json!({"apiVersion": "iam.miloapis.com/v1alpha1",
+        "kind": "User", "metadata": {"name": "edgegate-producer"}, "spec": {"email": "edgegate@example.com"}}))
+    .expect("user");
+    let uid = users.create(&Default::default(), &user).await.expect("the producer's User").metadata.uid.expect("uid");
+    let shipped = std::process::Command::new("kubectl")
+        .args(["--kubeconfig", "milo-admin.kubeconfig", "apply", "--server-side", "-k", "deploy/milo-iam"])
+        .current_dir(clone.path())
+        .output()
+        .expect("kubectl");
+    let refusal = String::from_utf8_lossy(&shipped.stderr);
+    assert!(!shipped.status.success() && refusal.contains("UID is required"), "deploy/milo-iam as shipped: {refusal}");
+    paste(clone.path(), &hub_cp.kubeconfig, &sh_block("producer.md", "authorizes through its IAM webhook"));
+    let bindings =
+        Api::<DynamicObject>::namespaced_with(backing.clone(), "milo-system", &iam("PolicyBinding", "policybindings"));
+    let binding = bindings.get("edgegate-producer").await.expect("the binding applied");
+    assert_eq!(binding.data["spec"]["subjects"][0]["uid"], json!(uid), "{:?}", binding.data);
+
+    let (on_milo, on_hub) = split_at(&sh_block("producer.md", "With Milo instead of a Secret"), "# on the hub");
+    paste(clone.path(), &hub_cp.kubeconfig, &on_milo);
+    let render = Render::tuned(
+        "milo-pasted",
+        &["base"],
+        &[
+            "components/dev-certs",
+            "components/producer",
+            "components/producer-milo",
+            "components/enforce",
+            "components/images",
+        ],
+        &[],
+    );
+    render.apply_but_admission(&hub_cp);
+    paste(clone.path(), &hub_cp.kubeconfig, &on_hub);
+
+    project(&backing, "alpha", "True").await;
+    let a = world::project_namespace(&backing, &hub, "alpha", "alpha-web", Some("fd20:0:a1::1")).await;
+    let pod = run(&hub_cp, &render, "edgegate-producer", 0, &[Rewrite::ListenAddress, Rewrite::MountPath]).await;
+    eventually(Duration::from_secs(60), "alpha's record", async || {
+        record(&hub, &a).await == Some(vec!["fd20:0:a1::1".to_owned()])
+    })
+    .await;
+    assert_eq!(readyz(&pod).0, 200, "{}", readyz(&pod).1);
+    hub_cp.assert_nothing_refused();
 }
 
 /// Milo refusing the producer from the start: the replica is not Ready (engaging nothing, it

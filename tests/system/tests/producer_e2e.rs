@@ -156,7 +156,7 @@ async fn producer_between_a_project_and_the_hub() {
 
     // Withdrawing at once and resyncing often: the suite measures the producer's own latency.
     let render = install(hub_cp, "producer-flow", &["--withdraw-after=0s", "--resync=2s", "--grace=1s"]);
-    shipped::add_project(hub_cp, "e2e", &project_cp).await;
+    shipped::add_acme_as_documented(hub_cp, &project_cp).await;
     let pod = producer_pod(hub_cp, &render, 0).await;
     let producer = &pod.process;
 
