@@ -177,7 +177,7 @@ impl PathClients {
             .http2_keep_alive_interval(LANE_PING)
             .http2_keep_alive_timeout(LANE_PING_TIMEOUT)
             // Kept while its watches are quiet: a connection is checked out again only when a
-            // watch renews (every few minutes), and an idle timeout counted from that would open
+            // watch renews (every 10 to 20 minutes), and an idle timeout counted from that would open
             // a new connection each time, while the old one still carries the other watches.
             .pool_idle_timeout(None)
             .build(self.connector.clone());

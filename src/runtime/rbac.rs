@@ -145,3 +145,18 @@ pub fn iam_role_yaml(name: &str, namespace: &str, rules: &[Rule]) -> String {
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// IAM permissions name no objects: a rule limited to some would become a grant on all of
+    /// them in [`iam_role_yaml`].
+    #[test]
+    fn the_rules_granted_through_iam_name_no_objects() {
+        assert!(PRODUCER_MILO.iter().chain(PRODUCER_PROJECT).all(|r| r.names.is_empty()));
+        let role = iam_role_yaml("r", "ns", PRODUCER_PROJECT);
+        assert!(role.contains("    - core.miloapis.com/namespaces.watch\n"), "{role}");
+        assert!(role.contains("    - networking.datumapis.com/httpproxies.get\n"), "{role}");
+    }
+}

@@ -192,7 +192,7 @@ fn streaming(config: &watcher::Config) -> bool {
 /// How long one watch request of a project's lasts: drawn once per watch between these (10 to 20
 /// minutes), so an idle project costs Milo (or its API server) a request per watch every quarter
 /// of an hour on average, and watches started together (a cold start, a failover, Milo coming
-/// back) renew spread over five minutes and more, never as a wave. Renewals are not paced by a
+/// back) renew spread over ten minutes, never as a wave. Renewals are not paced by a
 /// [`super::budget::ListBudget`] (they resume from where the watch was, no list): ten minutes is
 /// longer than 10,000 projects take to list at its pace, so a cold start of that size sees none.
 /// client-go's reflectors draw 5 to 10 minutes, a kube-apiserver left to choose 30 to 60; length

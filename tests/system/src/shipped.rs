@@ -179,6 +179,7 @@ pub async fn project_kubeconfig(project: &ControlPlane) -> String {
     let (in_project, _) = crate::docs::split_at(&crate::docs::sh_block("producer.md", "## Deploy"), "# on the hub");
     let said = crate::docs::paste(clone.path(), &project.kubeconfig, &in_project);
     let token = said.lines().last().expect("a token printed").trim().to_owned();
+    assert!(token.starts_with("eyJ") && token.split('.').count() == 3, "the last line printed is no token:\n{said}");
     let ca = std::fs::read(project.dir.join("ca.crt")).expect("project CA");
     format!(
         "apiVersion: v1\nkind: Config\nclusters:\n- name: project\n  cluster:\n    server: {}\n    certificate-authority-data: {}\n\

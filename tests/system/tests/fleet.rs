@@ -347,7 +347,7 @@ async fn fleet() {
     let (bad, bad_ns) = ("p00000", hub_namespaces[0].clone());
     // The idle projects see no change meanwhile: their requests over the whole phase are what an
     // idle project costs Milo at rest (its two watches renew 10 to 20 min after they start, about
-    // 0.0022/s in the long run; a phase shorter than 20 min counts only the renewals it holds).
+    // 0.0023/s in the long run; a phase shorter than 20 min counts only the renewals it holds).
     let idle_requests = || {
         let requests = milo.requests();
         (serving..total).map(|i| requests.get(&format!("p{i:05}")).copied().unwrap_or_default()).sum::<u64>()

@@ -439,8 +439,9 @@ async fn the_documented_milo_install_works_when_pasted() {
     hub_cp.assert_nothing_refused();
 }
 
-/// Milo refusing the producer from the start: the replica is not Ready (engaging nothing, it
-/// would look healthy while writing nothing), says why at /readyz and counts it; once Milo
+/// Milo refusing the producer from the start, or not serving Projects yet: the replica is not
+/// Ready (engaging nothing, it would look healthy while writing nothing), says why at /readyz
+/// and counts it; once Milo
 /// answers, Ready and writing. Milo failing later: the replica stays Ready, its projects as they
 /// are, and discovery shows unsynced (the one alert, not one per project). Failed on the old
 /// code: Ready with no project, and nothing counted.
@@ -464,6 +465,17 @@ async fn a_producer_that_cannot_see_milo_says_so() {
     assert!(why.contains("projects not discovered yet (milo)") && why.contains("403"), "{why}");
     assert!(!discovery(&pod).0, "discovery synced while Milo refuses");
     assert_eq!(record(&hub, &a).await, None);
+    // Milo up before its own CRDs are established (its /readyz turns green first): Projects not
+    // found is no answer either, not "no projects".
+    let failures = discovery(&pod).1;
+    milo.set_fault(ROOT, Some(Fault::Status(404)));
+    eventually(Duration::from_secs(30), "a list of Projects not found counted and said", async || {
+        discovery(&pod).1 > failures && readyz(&pod).1.contains("404")
+    })
+    .await;
+    let (code, why) = readyz(&pod);
+    assert_eq!(code, 503, "Ready while Milo's Projects are not served: {why}");
+    assert!(!discovery(&pod).0, "discovery synced while Projects are not found");
 
     milo.set_fault(ROOT, None);
     let lifted = Instant::now();
