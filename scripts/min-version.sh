@@ -179,8 +179,8 @@ if [[ ! -s $tmp/src/deploy/components/dev-certs/certs/tls.crt ]]; then
 fi
 
 # User kustomizations, in docs/deploy.md's order. Together with the overlays they use every
-# component: producer, monitoring, trim, without-crd, policy, cert-manager, ca-keeper, dev-certs,
-# enforce, images.
+# component: producer, producer-milo, producer-sharded, karmada-producer-hub and -host,
+# monitoring, trim, without-crd, policy, cert-manager, ca-keeper, dev-certs, enforce, images.
 user() { # name resources components (space-separated paths under deploy/)
   local dir=$tmp/src/user/$1 p
   mkdir -p "$dir"
@@ -203,6 +203,8 @@ user karmada-hub-without-crd "overlays/karmada-hub/hub" "without-crd"
 user enforce-policy "base" "policy cert-manager enforce images"
 user enforce-ca-keeper-trim "base" "trim cert-manager ca-keeper enforce images"
 user enforce-producer-sharded "base" "producer producer-milo producer-sharded cert-manager enforce images"
+user karmada-producer-hub "overlays/karmada-hub/hub" "karmada-producer-hub enforce"
+user karmada-producer-host "overlays/karmada-hub/host" "producer producer-milo karmada-producer-host enforce images"
 
 renders=(
   deploy/overlays/observe
@@ -222,6 +224,8 @@ renders=(
   user/enforce-policy
   user/enforce-ca-keeper-trim
   user/enforce-producer-sharded
+  user/karmada-producer-hub
+  user/karmada-producer-host
 )
 
 # Every non-zero leaf the render sent that the server's answer lacks, per object (zero values:

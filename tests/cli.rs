@@ -110,7 +110,7 @@ fn check_old_judges_an_update() {
 #[test]
 fn deploy_keeps_the_generated_producer_roles() {
     for (flag, file) in [
-        ("--producer", "deploy/components/producer/roles.yaml"),
+        ("--producer", "deploy/components/producer/rbac/roles.yaml"),
         ("--milo", "deploy/milo/roles.yaml"),
         ("--project", "deploy/project/roles.yaml"),
         ("--milo-iam", "deploy/milo-iam/role.yaml"),
@@ -256,4 +256,40 @@ fn version_names_the_git_revision_it_was_built_from() {
         }
         _ => assert!(printed.starts_with(&format!("edgegate {}", env!("CARGO_PKG_VERSION"))), "{printed}"),
     }
+}
+
+/// `--context` without `--kubeconfig` picks a context of the kubeconfig kubectl reads
+/// ($KUBECONFIG), not the current one. Failed on the old code: the current context was audited
+/// (its server dialled), the context asked for never named.
+#[test]
+fn audit_context_alone_picks_that_context_of_the_default_kubeconfig() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let kubeconfig = dir.path().join("config");
+    std::fs::write(
+        &kubeconfig,
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: here\n  cluster: {server: 'https://127.0.0.1:9'}\n\
+         users:\n- name: u\n  user: {token: t}\ncontexts:\n- name: current\n  context: {cluster: here, user: u}\n\
+         current-context: current\n",
+    )
+    .expect("kubeconfig");
+    let out = Command::new(env!("CARGO_BIN_EXE_edgegate"))
+        .args(["audit", "--context", "elsewhere"])
+        .env("KUBECONFIG", &kubeconfig)
+        .output()
+        .expect("edgegate runs");
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{said}");
+    assert!(said.contains("elsewhere") && said.contains("$KUBECONFIG"), "the context asked for named: {said}");
+}
+
+/// An empty render (a `kubectl kustomize` that failed, piped in) is no install: exit 2, saying so.
+/// Failed on the old code: "ok: 0 objects", exit 0.
+#[test]
+fn render_check_refuses_an_empty_render() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let empty = dir.path().join("render.yaml");
+    std::fs::write(&empty, "").expect("empty render");
+    let (code, out) = edgegate(&["render-check", &empty.to_string_lossy()]);
+    assert_eq!(code, 2, "{out}");
+    assert!(out.contains("holds no object"), "{out}");
 }

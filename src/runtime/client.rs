@@ -210,16 +210,19 @@ where
 }
 
 async fn config(kubeconfig: Option<&Path>, context: Option<&str>) -> anyhow::Result<kube::Config> {
-    Ok(match kubeconfig {
-        Some(path) => {
-            let kubeconfig =
-                kube::config::Kubeconfig::read_from(path).with_context(|| format!("reading {}", path.display()))?;
-            super::credential::supported(&kubeconfig, context).with_context(|| format!("{}", path.display()))?;
-            let options = kube::config::KubeConfigOptions { context: context.map(str::to_owned), ..Default::default() };
-            kube::Config::from_custom_kubeconfig(kubeconfig, &options).await?
+    // A context names one of a kubeconfig's: without a file, the one kubectl reads ($KUBECONFIG,
+    // or ~/.kube/config), never in-cluster credentials that have no contexts.
+    let (read, from) = match (kubeconfig, context) {
+        (Some(path), _) => (kube::config::Kubeconfig::read_from(path), path.display().to_string()),
+        (None, Some(_)) => {
+            (kube::config::Kubeconfig::read(), "the kubeconfig ($KUBECONFIG or ~/.kube/config)".to_owned())
         }
-        None => kube::Config::infer().await?,
-    })
+        (None, None) => return Ok(kube::Config::infer().await?),
+    };
+    let kubeconfig = read.with_context(|| format!("reading {from}"))?;
+    super::credential::supported(&kubeconfig, context).with_context(|| from.clone())?;
+    let options = kube::config::KubeConfigOptions { context: context.map(str::to_owned), ..Default::default() };
+    kube::Config::from_custom_kubeconfig(kubeconfig, &options).await.with_context(|| from)
 }
 
 fn with_timeouts(mut config: kube::Config) -> kube::Config {

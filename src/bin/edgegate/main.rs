@@ -179,7 +179,7 @@ fn rbac_yaml(ca_bundle: bool) -> String {
     )
 }
 
-/// deploy/components/producer/roles.yaml: the producer's roles on the hub.
+/// deploy/components/producer/rbac/roles.yaml: the producer's roles on the hub.
 fn producer_rbac_yaml() -> String {
     use edgegate::runtime::rbac::{PRODUCER_HUB, PRODUCER_LEASE, role_yaml};
     roles(

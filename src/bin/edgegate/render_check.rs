@@ -15,9 +15,13 @@ use serde_json::Value;
 const INJECT: &str = "cert-manager.io/inject-ca-from";
 
 /// Read a render (`-`: standard input), print each problem; exit 0 when none, 1 when some, 2 when
-/// the render cannot be read.
+/// the render cannot be read or holds nothing (a `kubectl kustomize` that failed into the pipe).
 pub fn run(file: &Path) -> ExitCode {
     let objects = match read(file) {
+        Ok(objects) if objects.is_empty() => {
+            eprintln!("error: the render holds no object: did kustomize fail? (render-check reads its output)");
+            return ExitCode::from(2);
+        }
         Ok(objects) => objects,
         Err(e) => {
             eprintln!("error: {e:#}");
@@ -54,6 +58,7 @@ pub fn problems(objects: &[Value]) -> Vec<String> {
     ca_sources(objects, &mut found);
     enforcement(objects, &mut found);
     images(objects, &mut found);
+    producer_components(objects, &mut found);
     found
 }
 
@@ -167,13 +172,13 @@ fn enforcement(objects: &[Value], found: &mut Vec<String>) {
             ));
         }
     }
-    for (kind, what) in [
+    for (kind, policy) in [
         ("ValidatingAdmissionPolicy", "/spec/failurePolicy"),
         ("ValidatingWebhookConfiguration", "/webhooks/0/failurePolicy"),
         ("MutatingWebhookConfiguration", "/webhooks/0/failurePolicy"),
     ] {
         if let Some(object) = named(objects, kind, "edgegate")
-            && object.pointer(what).and_then(Value::as_str) != Some("Fail")
+            && object.pointer(policy).and_then(Value::as_str) != Some("Fail")
         {
             found.push(format!(
                 "{what} deletes but {kind} edgegate is not failurePolicy Fail: an unreachable judge admits unserved copies; {fix}"
@@ -185,6 +190,30 @@ fn enforcement(objects: &[Value], found: &mut Vec<String>) {
         && setting(webhook, "EDGEGATE_MODE", "--mode").is_some_and(|m| m != "deny")
     {
         found.push(format!("{what} deletes but the webhook only warns (EDGEGATE_MODE); {fix}"));
+    }
+}
+
+/// components/producer-milo and components/producer-sharded annotate namespace edgegate-system
+/// `edgegate.datumapis.com/<component>: listed`, which they find whatever their order: the
+/// render asked for them.
+const LISTED: &str = "listed";
+
+/// A producer component listed before components/producer patches nothing (kustomize says
+/// nothing of a patch that matches no object): Milo's producer would wait for a Secret of
+/// kubeconfigs, a sharing one run as one Deployment.
+fn producer_components(objects: &[Value], found: &mut Vec<String>) {
+    let annotations = named(objects, "Namespace", "edgegate-system").map(|ns| &ns["metadata"]["annotations"]);
+    let producer = workload(objects, "edgegate-producer");
+    let milo = producer.is_some_and(|p| setting(p, "EDGEGATE_MILO_KUBECONFIG", "--milo-kubeconfig").is_some());
+    let sharded = producer.is_some_and(|p| p["kind"] == "StatefulSet");
+    for (component, applied) in [("producer-milo", milo), ("producer-sharded", sharded)] {
+        let listed = annotations.is_some_and(|a| a[format!("edgegate.datumapis.com/{component}")] == LISTED);
+        if listed && !applied {
+            found.push(format!(
+                "components/{component} is listed but changed no producer: list it after components/producer \
+                 (components/producer, components/producer-milo, components/producer-sharded)"
+            ));
+        }
     }
 }
 
@@ -234,6 +263,17 @@ mod tests {
             found.len() == 1 && found[0].contains("MutatingWebhookConfiguration edgegate has no CA source"),
             "{found:?}"
         );
+        // What deletes, named as what deletes (not the field checked).
+        let ignoring = json!({"kind": "ValidatingWebhookConfiguration", "metadata": {"name": "edgegate", "annotations": {INJECT: "x/y"}},
+                               "webhooks": [{"failurePolicy": "Ignore", "clientConfig": {}}]});
+        let found = problems(&[ignoring, pruner.clone()]);
+        assert!(
+            found.len() == 1
+                && found[0].starts_with(
+                    "the pruner deletes but ValidatingWebhookConfiguration edgegate is not failurePolicy Fail"
+                ),
+            "{found:?}"
+        );
         let binding = json!({"kind": "ValidatingAdmissionPolicyBinding", "metadata": {"name": "edgegate"},
                               "spec": {"validationActions": ["Warn", "Audit"]}});
         let found = problems(&[injected.clone(), pruner.clone(), binding]);
@@ -259,6 +299,28 @@ mod tests {
         assert!(found.len() == 2, "{found:?}");
         assert!(found[0].contains("the producer (StatefulSet edgegate-producer) only dry-runs"), "{found:?}");
         assert!(found[1].contains("StatefulSet edgegate-producer runs image \"edgegate\""), "{found:?}");
+    }
+
+    /// A producer component the render asked for (its mark on the namespace) that changed no
+    /// producer was listed before components/producer.
+    #[test]
+    fn a_producer_component_listed_too_early_is_named() {
+        let marked = |components: &[&str]| {
+            let annotations: serde_json::Map<String, Value> =
+                components.iter().map(|c| (format!("edgegate.datumapis.com/{c}"), json!("listed"))).collect();
+            json!({"kind": "Namespace", "metadata": {"name": "edgegate-system", "annotations": annotations}})
+        };
+        let mut plain = deployment("edgegate-producer", "ghcr.io/x/edgegate:v1", json!([]));
+        plain["spec"]["template"]["spec"]["containers"][0]["args"] = json!(["--projects-dir=/etc/edgegate/projects"]);
+        let found = problems(&[marked(&["producer-milo", "producer-sharded"]), plain.clone()]);
+        assert!(found.len() == 2, "{found:?}");
+        assert!(found[0].starts_with("components/producer-milo is listed but changed no producer"), "{found:?}");
+        assert!(found[1].starts_with("components/producer-sharded is listed but changed no producer"), "{found:?}");
+        let mut both = plain;
+        both["kind"] = json!("StatefulSet");
+        both["spec"]["template"]["spec"]["containers"][0]["args"] =
+            json!(["--milo-kubeconfig=/etc/edgegate/milo/kubeconfig"]);
+        assert_eq!(problems(&[marked(&["producer-milo", "producer-sharded"]), both]), Vec::<String>::new());
     }
 
     #[test]

@@ -446,6 +446,8 @@ impl ControlPlane {
         for (name, subject, ext) in [
             ("apiserver", "/CN=kube-apiserver", apiserver_ext.as_str()),
             ("admin", "/O=system:masters/CN=admin", "extendedKeyUsage=clientAuth\n"),
+            // The producer's identity on Milo by client certificate (the user deploy/milo binds).
+            ("milo-producer", "/CN=edgegate-producer", "extendedKeyUsage=clientAuth\n"),
         ] {
             let mut req = vec!["req"];
             req.extend(ec);

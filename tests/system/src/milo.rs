@@ -5,7 +5,9 @@
 //! `<p>`'s control plane: the rest of the path on the same API server, every GET scoped to the
 //! objects labelled [`PROJECT_LABEL`]` = <p>` (so many projects share one API server, each seeing
 //! only its own namespaces and objects). The caller's credentials are passed through, so the API
-//! server's RBAC judges them as Milo's would.
+//! server's RBAC judges them as Milo's would: a bearer token as it is; a client certificate of the
+//! API server's client CA, which a proxy cannot pass on, by the admin impersonating its CN (and O
+//! as groups), as Milo authenticates certificates itself.
 //!
 //! A project may instead be routed to a kube-apiserver of its own ([`Milo::route`], e.g. one of
 //! [`ControlPlane::start_project_server`]'s on the same etcd): its requests go there unscoped, as
@@ -98,23 +100,47 @@ impl Milo {
         let _ = rustls::crypto::ring::default_provider().install_default();
         let certs = rustls_pemfile_certs(&cp.dir.join("apiserver.crt"));
         let key = rustls::pki_types::PrivateKeyDer::from_pem_file(cp.dir.join("apiserver.key")).expect("apiserver key");
-        let mut tls = rustls::ServerConfig::builder().with_no_client_auth().with_single_cert(certs, key).expect("tls");
+        // Client certificates of the API server's client CA authenticate as Milo's do (CN the user,
+        // O the groups); without one, a bearer token passes through.
+        let mut client_roots = rustls::RootCertStore::empty();
+        for cert in rustls_pemfile_certs(&cp.dir.join("ca.crt")) {
+            client_roots.add(cert).expect("Milo's client CA");
+        }
+        let verifier = rustls::server::WebPkiClientVerifier::builder(Arc::new(client_roots))
+            .allow_unauthenticated()
+            .build()
+            .expect("client verifier");
+        let mut tls = rustls::ServerConfig::builder()
+            .with_client_cert_verifier(verifier)
+            .with_single_cert(certs, key)
+            .expect("tls");
         // HTTP/2 as a Go API server offers it (250 streams a connection), and HTTP/1.1.
         tls.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
         let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(tls));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let server = format!("https://{}", listener.local_addr().expect("addr"));
-        // Upstream: the API server with its CA and no credentials of the proxy's own.
+        // Upstream: the API server with its CA and no credentials of the proxy's own; for a caller
+        // that authenticated by certificate, the admin's, impersonating it.
         let upstream = upstream_client(&cp.server, cp).await;
+        let impersonating = admin_client(&cp.server, cp);
         let state = Arc::new(Mutex::new(State::default()));
         let serving = Arc::clone(&state);
         let task = tokio::spawn(async move {
             while let Ok((tcp, _)) = listener.accept().await {
                 let (acceptor, upstream, state) = (acceptor.clone(), upstream.clone(), Arc::clone(&serving));
+                let impersonating = impersonating.clone();
                 tokio::spawn(async move {
                     let Ok(tls) = acceptor.accept(tcp).await else { return };
-                    let service =
-                        hyper::service::service_fn(move |request| proxy(request, upstream.clone(), Arc::clone(&state)));
+                    let identity = tls.get_ref().1.peer_certificates().and_then(|c| c.first()).and_then(identity);
+                    // A caller known by its certificate reaches the API server as the admin
+                    // impersonating it.
+                    let (upstream, identity) = match identity {
+                        Some(identity) => (impersonating, Some(identity)),
+                        None => (upstream, None),
+                    };
+                    let service = hyper::service::service_fn(move |request| {
+                        proxy(request, upstream.clone(), identity.clone(), Arc::clone(&state))
+                    });
                     let io = hyper_util::rt::TokioIo::new(tls);
                     let mut builder =
                         hyper_util::server::conn::auto::Builder::new(hyper_util::rt::TokioExecutor::new());
@@ -186,11 +212,45 @@ struct Upstream {
 }
 
 async fn upstream_client(server: &str, cp: &ControlPlane) -> Upstream {
+    let tls = rustls::ClientConfig::builder().with_root_certificates(roots(cp)).with_no_client_auth();
+    upstream_over(server, tls)
+}
+
+/// [`upstream_client`] with the API server's admin certificate (which may impersonate).
+fn admin_client(server: &str, cp: &ControlPlane) -> Upstream {
+    use rustls::pki_types::pem::PemObject;
+    let key = rustls::pki_types::PrivateKeyDer::from_pem_file(cp.dir.join("admin.key")).expect("admin key");
+    let tls = rustls::ClientConfig::builder()
+        .with_root_certificates(roots(cp))
+        .with_client_auth_cert(rustls_pemfile_certs(&cp.dir.join("admin.crt")), key)
+        .expect("admin certificate");
+    upstream_over(server, tls)
+}
+
+fn roots(cp: &ControlPlane) -> rustls::RootCertStore {
     let mut roots = rustls::RootCertStore::empty();
     for cert in rustls_pemfile_certs(&cp.dir.join("ca.crt")) {
         roots.add(cert).expect("Milo's CA");
     }
-    let tls = rustls::ClientConfig::builder().with_root_certificates(roots).with_no_client_auth();
+    roots
+}
+
+/// Who a client certificate says its holder is: its CN, and its O as groups.
+#[derive(Clone, Debug)]
+struct Identity {
+    user: String,
+    groups: Vec<String>,
+}
+
+fn identity(certificate: &rustls::pki_types::CertificateDer<'_>) -> Option<Identity> {
+    let (_, parsed) = x509_parser::parse_x509_certificate(certificate.as_ref()).ok()?;
+    let subject = parsed.subject();
+    let user = subject.iter_common_name().next()?.as_str().ok()?.to_owned();
+    let groups = subject.iter_organization().filter_map(|o| o.as_str().ok().map(str::to_owned)).collect();
+    Some(Identity { user, groups })
+}
+
+fn upstream_over(server: &str, tls: rustls::ClientConfig) -> Upstream {
     let connector = hyper_rustls::HttpsConnectorBuilder::new().with_tls_config(tls).https_only().enable_http2().build();
     let http = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
         .http2_only(true)
@@ -231,9 +291,19 @@ fn project_path(path: &str) -> Option<(&str, String)> {
 async fn proxy(
     request: Request<Incoming>,
     upstream: Upstream,
+    identity: Option<Identity>,
     state: Arc<Mutex<State>>,
 ) -> Result<Response<Body>, Infallible> {
     let (mut parts, body) = request.into_parts();
+    if let Some(identity) = &identity {
+        for (name, value) in std::iter::once(("impersonate-user", &identity.user))
+            .chain(identity.groups.iter().map(|g| ("impersonate-group", g)))
+        {
+            if let Ok(value) = http::HeaderValue::from_str(value) {
+                parts.headers.append(name, value);
+            }
+        }
+    }
     let path = parts.uri.path().to_owned();
     let mut query = parts.uri.query().map(str::to_owned);
     let mut cut = None;

@@ -384,7 +384,7 @@ fn every_documented_combination_is_installable() {
     assert!(has(&observe_dev, "MutatingWebhookConfiguration"));
 }
 
-/// The three orders that render without an error into a broken install, each named by
+/// The orders that render without an error into a broken install, each named by
 /// `edgegate render-check` with the order that avoids it (docs/deploy.md runs it before apply).
 #[test]
 fn render_check_names_each_wrong_component_order() {
@@ -403,6 +403,22 @@ fn render_check_names_each_wrong_component_order() {
             "producer-after-images",
             vec!["components/cert-manager", "components/images", "components/producer"],
             "Deployment edgegate-producer runs image \"edgegate\"",
+        ),
+        (
+            "milo-before-producer",
+            vec!["components/cert-manager", "components/producer-milo", "components/producer", "components/images"],
+            "components/producer-milo is listed but changed no producer",
+        ),
+        (
+            "sharded-before-producer",
+            vec![
+                "components/cert-manager",
+                "components/producer-sharded",
+                "components/producer",
+                "components/producer-milo",
+                "components/images",
+            ],
+            "components/producer-sharded is listed but changed no producer",
         ),
     ] {
         let (passed, said) = render_check(&compose(&format!("wrong-{name}"), &["base"], &components));
@@ -613,6 +629,62 @@ fn karmada_host_overlay_runs_the_binaries_against_the_hub() {
     assert_eq!(service["metadata"]["namespace"], "edgegate-system");
 }
 
+/// The producer on a Karmada hub: its ServiceAccount and exact roles on karmada-apiserver
+/// (components/karmada-producer-hub), its Pod in the host cluster with the hub's kubeconfig, no
+/// identity and no roles there, egress to karmada-apiserver's port
+/// (components/karmada-producer-host); edgegate's namespace on the hub is not propagated to the
+/// members.
+#[test]
+fn karmada_overlays_carry_the_producer_each_its_half() {
+    use edgegate::runtime::rbac::{PRODUCER_HUB, PRODUCER_LEASE};
+    let hub = compose("karmada-producer-hub", &["overlays/karmada-hub/hub"], &["components/karmada-producer-hub"]);
+    let ns = find(&hub, "Namespace", "edgegate-system");
+    assert_eq!(ns["metadata"]["labels"]["namespace.karmada.io/skip-auto-propagation"], "true");
+    find(&hub, "ServiceAccount", "edgegate-producer");
+    assert_eq!(rules_of(find(&hub, "ClusterRole", "edgegate-producer")), expected(PRODUCER_HUB));
+    assert_eq!(rules_of(find(&hub, "Role", "edgegate-producer-lease")), expected(&[PRODUCER_LEASE]));
+    assert_eq!(find(&hub, "ClusterRoleBinding", "edgegate-producer-prune")["roleRef"]["name"], "edgegate-pruner");
+    find(&hub, "ClusterRole", "edgegate-pruner");
+    assert!(!has(&hub, "Deployment"), "no Pods run on karmada-apiserver");
+
+    let components = [
+        "components/producer",
+        "components/producer-milo",
+        "components/karmada-producer-host",
+        "components/enforce",
+        "components/images",
+    ];
+    let host = compose("karmada-producer-host", &["overlays/karmada-hub/host"], &components);
+    let pod = &find(&host, "Deployment", "edgegate-producer")["spec"]["template"]["spec"];
+    let args = pod["containers"][0]["args"].to_string();
+    assert!(
+        args.contains("--kubeconfig=/etc/edgegate/hub/kubeconfig") && args.contains("--milo-kubeconfig="),
+        "{args}"
+    );
+    assert_eq!(pod["automountServiceAccountToken"], false);
+    assert!(pod["serviceAccountName"].is_null(), "no identity in the host cluster");
+    let volumes = pod["volumes"].to_string();
+    assert!(
+        volumes.contains("edgegate-producer-hub-kubeconfig") && volumes.contains("edgegate-producer-milo"),
+        "{volumes}"
+    );
+    let egress = find(&host, "NetworkPolicy", "edgegate-producer")["spec"]["egress"][0]["ports"].to_string();
+    assert!(egress.contains("5443"), "{egress}");
+    for kind in ["ServiceAccount", "ClusterRole", "Role", "ClusterRoleBinding", "RoleBinding"] {
+        assert!(
+            !host.iter().any(|o| o["kind"] == kind
+                && o["metadata"]["name"].as_str().unwrap_or_default().starts_with("edgegate-producer")),
+            "the producer's {kind} belongs on the hub"
+        );
+    }
+    assert!(
+        !host.iter().any(|o| o["kind"] == "Deployment" && o["metadata"]["name"] == "edgegate-pruner"),
+        "the producer prunes: no pruner beside it"
+    );
+    let (passed, said) = render_check(&host);
+    assert!(passed, "{said}");
+}
+
 #[test]
 fn producer_component_adds_the_producer_with_exact_rbac() {
     use edgegate::runtime::rbac::{PRODUCER_HUB, PRODUCER_LEASE, PRODUCER_PROJECT};
@@ -712,6 +784,24 @@ fn producer_component_adds_the_producer_with_exact_rbac() {
             &json!([{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "my-producers"}])
         );
     }
+}
+
+/// docs/sharding.md's kustomization, pasted in a clone: four sharing replicas, set where a server-side
+/// apply keeps them, and nothing render-check would name.
+#[test]
+fn the_documented_sharded_kustomization_renders_four_replicas() {
+    let docs = std::fs::read_to_string(repo().join("docs/sharding.md")).expect("docs/sharding.md");
+    let block = docs.split("```yaml\n").nth(1).and_then(|b| b.split("```").next()).expect("the kustomization");
+    let clone = tempfile::tempdir().expect("tempdir");
+    std::os::unix::fs::symlink(repo().join("deploy"), clone.path().join("deploy")).expect("link deploy/");
+    std::fs::create_dir_all(clone.path().join("my/edgegate")).expect("my/edgegate");
+    std::fs::write(clone.path().join("my/edgegate/kustomization.yaml"), block).expect("write");
+    deploy_dev_certs();
+    let objects = render(&clone.path().join("my/edgegate"));
+    let producer = find(&objects, "StatefulSet", "edgegate-producer");
+    assert_eq!(producer["spec"]["replicas"], 4);
+    let (passed, said) = render_check(&objects);
+    assert!(passed, "{said}");
 }
 
 /// components/producer-sharded makes the producer a StatefulSet of three sharing replicas, listed

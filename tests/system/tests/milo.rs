@@ -367,7 +367,8 @@ fn discovery(pod: &RunningPod) -> (bool, u64) {
 /// hub's: "Milo's side" (its own kustomization binding a group: the group may then list projects
 /// and read a project's proxies, and nothing more), then "Deploy" with Milo, the hub's install
 /// applied where the page says to add the component and apply. The producer, run as the render
-/// ships it with that Secret, engages a Ready project and writes its record.
+/// ships it with that Secret (its credential a client certificate of Milo's), engages a Ready
+/// project and writes its record, and exports when the certificate expires.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_documented_milo_install_works_when_pasted() {
     use edgegate_system_tests::docs::{clone, paste, sh_block, split_at};
@@ -376,8 +377,14 @@ async fn the_documented_milo_install_works_when_pasted() {
     let milo = Milo::serving(&hub, &backing_cp, &backing).await;
     let clone = clone();
     std::fs::copy(&backing_cp.kubeconfig, clone.path().join("milo-admin.kubeconfig")).expect("Milo's admin kubeconfig");
-    let token = format!("{{token: {}}}", edgegate_system_tests::control_plane::MILO_USER_TOKEN);
-    std::fs::write(clone.path().join("milo.kubeconfig"), shipped::milo_kubeconfig(&backing_cp, &milo, &token))
+    // The producer's credential a client certificate of Milo's client CA (CN edgegate-producer).
+    let pem = |f: &str| base64(&std::fs::read(backing_cp.dir.join(f)).expect("the producer's certificate"));
+    let certificate = format!(
+        "{{client-certificate-data: {}, client-key-data: {}}}",
+        pem("milo-producer.crt"),
+        pem("milo-producer.key")
+    );
+    std::fs::write(clone.path().join("milo.kubeconfig"), shipped::milo_kubeconfig(&backing_cp, &milo, &certificate))
         .expect("the producer's kubeconfig");
 
     paste(clone.path(), &hub_cp.kubeconfig, &sh_block("producer.md", "### Milo's side"));
@@ -436,6 +443,14 @@ async fn the_documented_milo_install_works_when_pasted() {
     })
     .await;
     assert_eq!(readyz(&pod).0, 200, "{}", readyz(&pod).1);
+    // The certificate's notAfter (two days from its making) as the credential's expiry.
+    let expiry = metrics(&pod.process)
+        .lines()
+        .find_map(|l| l.strip_prefix("edgegate_producer_milo_credential_expiry_timestamp_seconds "))
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .expect("the credential's expiry exported");
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("clock").as_secs_f64();
+    assert!((1.9..=2.01).contains(&((expiry - now) / 86400.0)), "expires {expiry}, now {now}");
     hub_cp.assert_nothing_refused();
 }
 

@@ -1,7 +1,8 @@
 //! deploy/components/monitoring, proven: the alerts pass `promtool check rules` and their unit
 //! tests (tests/monitoring/alerts-test.yaml: each alert fires on its case and stays quiet on
 //! another), every dashboard expression parses, and every metric the rules and the dashboard name
-//! is exported by a live binary, so a renamed metric cannot silently break an alert.
+//! is exported by a live binary, so a renamed metric cannot silently break an alert; a panel that
+//! reads a metric from some binaries reads it from every binary that exports it.
 
 use std::collections::BTreeSet;
 use std::process::Command;
@@ -81,6 +82,31 @@ fn every_dashboard_expression_parses() {
     std::fs::write(dir.path().join("dashboard-rules.yaml"), file.to_string()).expect("write");
     run_promtool(&["check", "rules", "dashboard-rules.yaml"], dir.path());
 }
+
+/// Each metric a dashboard expression reads, with the jobs its selector names (`job="a"`,
+/// `job=~"a|b"`); none: every job.
+fn dashboard_selections() -> Vec<(String, Option<Vec<String>>)> {
+    let mut found = Vec::new();
+    for expr in dashboard_exprs() {
+        let mut rest = expr.as_str();
+        while let Some(at) = rest.find("edgegate_") {
+            let name: String =
+                rest[at..].chars().take_while(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == '_').collect();
+            rest = &rest[at + name.len()..];
+            let selector = rest.strip_prefix('{').and_then(|r| r.split_once('}')).map_or("", |(s, _)| s);
+            let jobs = selector.split(',').find_map(|m| {
+                let m = m.trim();
+                let value = m.strip_prefix("job=~").or_else(|| m.strip_prefix("job="))?;
+                Some(value.trim_matches('"').split('|').map(str::to_owned).collect())
+            });
+            found.push((name, jobs));
+        }
+    }
+    found
+}
+
+/// Metrics a panel reads from one job on purpose, though another exports them too.
+const ONE_JOBS_VIEW: &[&str] = &[];
 
 /// Every `edgegate_*` name in the rules and the dashboard.
 fn names_used() -> BTreeSet<String> {
@@ -231,6 +257,26 @@ async fn every_metric_the_alerts_and_dashboard_use_is_exported() {
         !metrics(&pruner.process).contains("edgegate_hub_token_expiry_timestamp_seconds"),
         "in a Pod of the hub's own, the kubelet renews the token: no expiry to watch"
     );
+    // What a panel reads from some jobs is exported by no other: a panel of deletions that read
+    // only the pruner's missed the producer's.
+    let jobs = [
+        ("edgegate-webhook", &webhook),
+        ("edgegate-pruner", &pruner),
+        ("edgegate-producer", &producer),
+        ("edgegate-producer", &sharing),
+        ("edgegate-pruner", &karmada_pruner),
+    ];
+    for (name, selected) in dashboard_selections() {
+        let Some(selected) = selected else { continue };
+        for (job, pod) in &jobs {
+            if !selected.iter().any(|s| s == job) && !ONE_JOBS_VIEW.contains(&name.as_str()) {
+                assert!(
+                    !exported(&metrics(&pod.process), &name),
+                    "the dashboard reads {name} from {selected:?} only, but {job} exports it too"
+                );
+            }
+        }
+    }
     let names = names_used();
     assert!(names.len() >= 12, "{names:?}");
     let missing: Vec<&String> = names.iter().filter(|n| !exported(&scrapes, n)).collect();

@@ -861,3 +861,45 @@ async fn one_unreadable_project_holds_only_its_own_deletions() {
     assert!(took >= withdraw_after + grace, "beta's copy went {took:?} after beta returned, before a whole view");
     hub_cp.assert_nothing_refused();
 }
+
+/// The producer on a Karmada hub as docs/deploy.md installs it: on karmada-apiserver (here the hub's
+/// API server) overlays/karmada-hub/hub with components/karmada-producer-hub (its ServiceAccount
+/// and roles); in the host cluster (the same API server plays it, as the Karmada webhook's tests
+/// do) overlays/karmada-hub/host with components/producer and components/karmada-producer-host, its
+/// Pod with no identity of its own there, reaching the hub with the kubeconfig of the hub
+/// ServiceAccount's token in the Secret the docs name. It takes its Lease and writes a project's
+/// record on the hub, nothing refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_producer_runs_on_a_karmada_host_against_its_hub() {
+    let hub_cp = &ControlPlane::own();
+    let (project_cp, hub, project) = project_beside(hub_cp).await;
+    let kustomization = |name: &str, base: &str, components: &[&str]| {
+        Render::of(&edgegate_system_tests::pod::kustomization_with(name, &[base], components, ""))
+    };
+    let on_hub =
+        kustomization("karmada-producer-hub", "overlays/karmada-hub/hub", &["components/karmada-producer-hub"]);
+    on_hub.apply_but_admission(hub_cp);
+    let token = hub_cp.service_account_kubeconfig("edgegate-system", "edgegate-producer", None, 90 * 86400).await;
+    let secret = json!({"apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": "edgegate-producer-hub-kubeconfig", "namespace": "edgegate-system"},
+        "stringData": {"kubeconfig": std::fs::read_to_string(&token).expect("kubeconfig")}});
+    shipped::apply_objects(hub_cp, vec![secret]);
+    let on_host = kustomization(
+        "karmada-producer-host",
+        "overlays/karmada-hub/host",
+        &["components/producer", "components/karmada-producer-host", "components/images"],
+    );
+    let producer = on_host.workload("edgegate-producer");
+    assert_eq!(producer["spec"]["template"]["spec"]["automountServiceAccountToken"], false, "no identity on the host");
+    // The host's objects, but cert-manager's (none runs here).
+    on_host.apply(hub_cp, |o| !o["apiVersion"].as_str().unwrap_or_default().starts_with("cert-manager.io/"));
+    shipped::add_project(hub_cp, "acme", &project_cp).await;
+    let a = format!("ns-{}", project_namespace(&project, "proj-a").await);
+    namespace(&hub, &a, &[]).await;
+
+    let pod = producer_pod(hub_cp, &on_host, 0).await;
+    eventually(Duration::from_secs(30), "proj-a's record on the hub", async || record(&hub, &a).await == Some(vec![]))
+        .await;
+    assert!(metrics(&pod.process).contains("edgegate_leader 1"), "{}", metrics(&pod.process));
+    hub_cp.assert_nothing_refused();
+}
