@@ -10,13 +10,14 @@ use anyhow::Context;
 
 use super::flags::HubArgs;
 
-/// A client for the hub: `--kubeconfig` (and `--context`) if given, else in-cluster, else
-/// ~/.kube/config.
+/// A client for the hub: `--kubeconfig` (and `--context`) if given, `--context` of the default
+/// kubeconfig if only that is, else in-cluster, else ~/.kube/config.
 pub async fn hub_client(hub: &HubArgs) -> anyhow::Result<kube::Client> {
     kube_client(hub.kubeconfig.as_deref(), hub.context.as_deref()).await
 }
 
-/// A client from `kubeconfig` (and `context`) if given, else in-cluster, else ~/.kube/config.
+/// A client from `kubeconfig` (and `context`) if given, `context` of the default kubeconfig if
+/// only that is, else in-cluster, else ~/.kube/config.
 pub async fn kube_client(kubeconfig: Option<&Path>, context: Option<&str>) -> anyhow::Result<kube::Client> {
     Ok(kube::Client::try_from(with_timeouts(config(kubeconfig, context).await?))?)
 }

@@ -48,7 +48,8 @@ pub struct HubArgs {
     #[arg(long, env = "EDGEGATE_KUBECONFIG")]
     pub kubeconfig: Option<PathBuf>,
 
-    /// Kubeconfig context to use, with --kubeconfig.
+    /// Kubeconfig context to use: of --kubeconfig, or without it of the kubeconfig kubectl reads
+    /// ($KUBECONFIG, ~/.kube/config), never in-cluster.
     #[arg(long, env = "EDGEGATE_CONTEXT")]
     pub context: Option<String>,
 }

@@ -194,20 +194,21 @@ fn enforcement(objects: &[Value], found: &mut Vec<String>) {
 }
 
 /// components/producer-milo and components/producer-sharded annotate namespace edgegate-system
-/// `edgegate.datumapis.com/<component>: listed`, which they find whatever their order: the
-/// render asked for them.
+/// (by whatever name it ends with) `edgegate.datumapis.com/<component>: listed`, which they find
+/// whatever their order: the render asked for them.
 const LISTED: &str = "listed";
 
 /// A producer component listed before components/producer patches nothing (kustomize says
 /// nothing of a patch that matches no object): Milo's producer would wait for a Secret of
 /// kubeconfigs, a sharing one run as one Deployment.
 fn producer_components(objects: &[Value], found: &mut Vec<String>) {
-    let annotations = named(objects, "Namespace", "edgegate-system").map(|ns| &ns["metadata"]["annotations"]);
     let producer = workload(objects, "edgegate-producer");
     let milo = producer.is_some_and(|p| setting(p, "EDGEGATE_MILO_KUBECONFIG", "--milo-kubeconfig").is_some());
     let sharded = producer.is_some_and(|p| p["kind"] == "StatefulSet");
     for (component, applied) in [("producer-milo", milo), ("producer-sharded", sharded)] {
-        let listed = annotations.is_some_and(|a| a[format!("edgegate.datumapis.com/{component}")] == LISTED);
+        // Whatever the namespace is called by then (a kustomization's `namespace:` renames it).
+        let mark = format!("edgegate.datumapis.com/{component}");
+        let listed = of_kind(objects, "Namespace").any(|ns| ns["metadata"]["annotations"][&mark] == LISTED);
         if listed && !applied {
             found.push(format!(
                 "components/{component} is listed but changed no producer: list it after components/producer \

@@ -95,9 +95,18 @@ fn dashboard_selections() -> Vec<(String, Option<Vec<String>>)> {
             rest = &rest[at + name.len()..];
             let selector = rest.strip_prefix('{').and_then(|r| r.split_once('}')).map_or("", |(s, _)| s);
             let jobs = selector.split(',').find_map(|m| {
-                let m = m.trim();
-                let value = m.strip_prefix("job=~").or_else(|| m.strip_prefix("job="))?;
-                Some(value.trim_matches('"').split('|').map(str::to_owned).collect())
+                let m: String = m.chars().filter(|c| !c.is_whitespace()).collect();
+                let value = m.strip_prefix("job=~").or_else(|| m.strip_prefix("job="));
+                assert!(
+                    value.is_some() || !m.starts_with("job"),
+                    "{expr}: a job matcher this check cannot read ({m}): use job=\"a\" or job=~\"a|b\""
+                );
+                let value = value?.trim_matches('"').to_owned();
+                assert!(
+                    value.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '|'),
+                    "{expr}: only literal alternatives of jobs are read here"
+                );
+                Some(value.split('|').map(str::to_owned).collect())
             });
             found.push((name, jobs));
         }
