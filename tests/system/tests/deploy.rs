@@ -772,8 +772,7 @@ fn producer_component_adds_the_producer_with_exact_rbac() {
     let docs = std::fs::read_to_string(repo().join("docs/producer.md")).expect("docs/producer.md");
     let heredoc = docs.split("cat > my/milo/kustomization.yaml <<'EOF'\n").nth(1).expect("the kustomization in docs");
     let text = heredoc.split("\nEOF\n").next().expect("its end");
-    let clone = tempfile::tempdir().expect("tempdir");
-    std::os::unix::fs::symlink(repo().join("deploy"), clone.path().join("deploy")).expect("link deploy/");
+    let clone = edgegate_system_tests::docs::clone();
     std::fs::create_dir_all(clone.path().join("my/milo")).expect("my/milo");
     std::fs::write(clone.path().join("my/milo/kustomization.yaml"), format!("{text}\n")).expect("write");
     let mine = render(&clone.path().join("my/milo"));
@@ -792,8 +791,7 @@ fn producer_component_adds_the_producer_with_exact_rbac() {
 fn the_documented_sharded_kustomization_renders_four_replicas() {
     let docs = std::fs::read_to_string(repo().join("docs/sharding.md")).expect("docs/sharding.md");
     let block = docs.split("```yaml\n").nth(1).and_then(|b| b.split("```").next()).expect("the kustomization");
-    let clone = tempfile::tempdir().expect("tempdir");
-    std::os::unix::fs::symlink(repo().join("deploy"), clone.path().join("deploy")).expect("link deploy/");
+    let clone = edgegate_system_tests::docs::clone();
     std::fs::create_dir_all(clone.path().join("my/edgegate")).expect("my/edgegate");
     std::fs::write(clone.path().join("my/edgegate/kustomization.yaml"), block).expect("write");
     deploy_dev_certs();
