@@ -124,6 +124,49 @@ fn deploy_keeps_the_generated_producer_roles() {
     assert_eq!(code, 2, "one side at a time");
 }
 
+/// On a Karmada hub (offline here, from `--policies`), a policy other than the fleet-wide one that
+/// takes copies is named and fails the audit: it would send them only where it places them.
+#[test]
+fn audit_names_a_policy_that_takes_copies_from_the_fleet_wide_one() {
+    let path = |p: &str| repo(p).to_string_lossy().into_owned();
+    let (records, copy) = (path("examples/records/edgereachability.yaml"), path("examples/copy-endpointslice.yaml"));
+    let fleet = "--fleet-policy=ClusterPropagationPolicy/vpc-endpointslice-copies";
+    let audit = |policies: &str, extra: &[&str]| {
+        let mut args = vec!["audit", "--records", &records, "--slices", &copy, "--policies", policies];
+        args.extend(extra);
+        edgegate(&args)
+    };
+    let (code, out) = audit(&path("examples/karmada/fleet-wide-policy.yaml"), &[fleet]);
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        out.contains("  ClusterPropagationPolicy/vpc-endpointslice-copies: selects 1, holds 0, would take 1 copies, in 1 namespaces\n"),
+        "{out}"
+    );
+
+    let (code, out) = audit(&path("examples/karmada"), &[fleet]);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains(
+            "  problem: PropagationPolicy/ns-3f6c1a52-9e0b-4c1d-8a77-0b5e2d9c4f10/by-location holds 0 and would take 1 copies instead of ClusterPropagationPolicy/vpc-endpointslice-copies"
+        ),
+        "{out}"
+    );
+    // Without --fleet-policy two policies selecting copies are the problem; in JSON the findings
+    // are listed.
+    let (code, out) = audit(&path("examples/karmada"), &["--output=json"]);
+    assert_eq!(code, 1, "{out}");
+    let report: serde_json::Value = serde_json::from_str(&out).expect("JSON");
+    let findings = report["propagation"]["findings"].as_array().expect("findings");
+    assert!(findings.len() == 1 && findings[0].as_str().is_some_and(|f| f.contains("--fleet-policy")), "{out}");
+    // A bad reference or policy is an error, nothing printed.
+    let (code, out) = audit(&path("examples/karmada"), &["--fleet-policy=vpc-endpointslice-copies"]);
+    assert_eq!(code, 2, "{out}");
+    assert!(out.contains("ClusterPropagationPolicy/NAME or PropagationPolicy/NAMESPACE/NAME"), "{out}");
+    let (code, out) = audit(&copy, &[fleet]);
+    assert_eq!(code, 2, "{out}");
+    assert!(out.contains("not a PropagationPolicy or ClusterPropagationPolicy"), "{out}");
+}
+
 #[test]
 fn audit_offline_exits_by_what_would_be_deleted() {
     let dir = tempfile::tempdir().expect("tempdir");

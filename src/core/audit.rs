@@ -17,6 +17,7 @@ use serde::Serialize;
 use super::address::{Spelling, spelling};
 use super::decision::{Decision, decide, is_copy};
 use super::plan::plan_namespace;
+use super::propagation::Propagation;
 use super::record::{Record, RecordState};
 use super::selector::CopySelector;
 use super::slice::Slice;
@@ -53,6 +54,10 @@ pub struct Report {
     /// One entry per namespace that has a record or a copy, by name.
     pub namespaces: Vec<NamespaceReport>,
     pub summary: Summary,
+    /// Which Karmada policies take the copies: only on a hub that serves `policy.karmada.io`, or
+    /// offline with `--policies`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub propagation: Option<Propagation>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
@@ -256,6 +261,9 @@ impl Report {
             }
         }
         out.push_str(&self.policy_text());
+        if let Some(propagation) = &self.propagation {
+            out.push_str(&propagation.text());
+        }
         let s = &self.summary;
         out.push_str(&format!(
             "summary: {} namespaces, {} records, {} copies; the webhook would refuse {}, the pruner would delete {}\n",

@@ -43,6 +43,7 @@ pub mod milo;
 pub mod plan;
 pub mod policy;
 pub mod project;
+pub mod propagation;
 pub mod reachability;
 pub mod record;
 pub mod selector;

@@ -8,6 +8,8 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use edgegate::core::audit::{AuditedRecord, Report, audit};
+use edgegate::core::decision::is_copy;
+use edgegate::core::propagation::{Policy, PolicyRef, propagation};
 use edgegate::{CopySelector, EdgeReachability, Slice};
 
 #[derive(clap::Args)]
@@ -29,6 +31,16 @@ pub struct AuditArgs {
     /// EndpointSlices from a file or a directory of YAML/JSON files (offline audit).
     #[arg(long, requires = "records")]
     slices: Option<PathBuf>,
+    /// Karmada (Cluster)PropagationPolicies from a file or a directory of YAML/JSON files
+    /// (offline audit).
+    #[arg(long, requires = "records")]
+    policies: Option<PathBuf>,
+    /// The Karmada policy that should send every copy to every edge:
+    /// `ClusterPropagationPolicy/NAME` or `PropagationPolicy/NAMESPACE/NAME`. Any other policy
+    /// that holds or would take a copy is a problem (exit 1). Without it, copies split between
+    /// policies are.
+    #[arg(long, env = "EDGEGATE_FLEET_POLICY")]
+    fleet_policy: Option<PolicyRef>,
     /// Label selector that identifies copies.
     #[arg(long, env = "EDGEGATE_COPY_SELECTOR", default_value = edgegate::core::selector::DEFAULT_COPY_SELECTOR)]
     copy_selector: CopySelector,
@@ -68,7 +80,28 @@ pub fn run(args: &AuditArgs) -> ExitCode {
             }
         },
     }
-    if report.summary.would_delete > 0 { ExitCode::from(1) } else { ExitCode::SUCCESS }
+    let misplaced = report.propagation.as_ref().is_some_and(|p| !p.findings.is_empty());
+    if report.summary.would_delete > 0 || misplaced { ExitCode::from(1) } else { ExitCode::SUCCESS }
+}
+
+/// The audit of `records` and `copies`, with which policies take the copies when `policies` were
+/// read (a Karmada hub, or `--policies`).
+fn report(records: &[EdgeReachability], copies: &[Slice], policies: Option<Vec<Policy>>, args: &AuditArgs) -> Report {
+    let mut report = audit(&by_namespace(records, &args.record_name), copies, &args.copy_selector);
+    report.propagation = policies.map(|policies| {
+        let copies: Vec<&Slice> = copies.iter().filter(|c| is_copy(c, &args.copy_selector)).collect();
+        propagation(&policies, &copies, args.fleet_policy.as_ref())
+    });
+    report
+}
+
+/// Policies from their API objects, skipping those being deleted.
+fn policies_of(objects: impl IntoIterator<Item = serde_json::Value>) -> anyhow::Result<Vec<Policy>> {
+    let mut policies = Vec::new();
+    for object in objects {
+        policies.extend(Policy::from_object(object)?);
+    }
+    Ok(policies)
 }
 
 /// The namespaces' records (those named `record_name`), normalised and as written.
@@ -93,8 +126,8 @@ fn live(args: &AuditArgs) -> anyhow::Result<Report> {
         let client =
             edgegate::runtime::client::kube_client(args.kubeconfig.as_deref(), args.context.as_deref()).await?;
         let (records, copies): (Api<EdgeReachability>, Api<Slice>) = match &args.namespace {
-            Some(ns) => (Api::namespaced(client.clone(), ns), Api::namespaced(client, ns)),
-            None => (Api::all(client.clone()), Api::all(client)),
+            Some(ns) => (Api::namespaced(client.clone(), ns), Api::namespaced(client.clone(), ns)),
+            None => (Api::all(client.clone()), Api::all(client.clone())),
         };
         let records = records.list(&Default::default()).await.context("listing EdgeReachability records")?.items;
         let copies = copies
@@ -102,8 +135,36 @@ fn live(args: &AuditArgs) -> anyhow::Result<Report> {
             .await
             .context("listing copies")?
             .items;
-        Ok(audit(&by_namespace(&records, &args.record_name), &copies, &args.copy_selector))
+        let policies = karmada_policies(&client, args).await?;
+        Ok(report(&records, &copies, policies, args))
     })
+}
+
+/// The hub's (Cluster)PropagationPolicies; `None` where `policy.karmada.io` is not served (not a
+/// Karmada hub), an error there if `--fleet-policy` was given.
+async fn karmada_policies(client: &kube::Client, args: &AuditArgs) -> anyhow::Result<Option<Vec<Policy>>> {
+    use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams};
+    let mut objects = Vec::new();
+    for (kind, plural, namespaced) in [
+        ("PropagationPolicy", "propagationpolicies", true),
+        ("ClusterPropagationPolicy", "clusterpropagationpolicies", false),
+    ] {
+        let gvk = GroupVersionKind::gvk("policy.karmada.io", "v1alpha1", kind);
+        let resource = ApiResource::from_gvk_with_plural(&gvk, plural);
+        let api: Api<DynamicObject> = match (&args.namespace, namespaced) {
+            (Some(ns), true) => Api::namespaced_with(client.clone(), ns, &resource),
+            _ => Api::all_with(client.clone(), &resource),
+        };
+        match api.list(&ListParams::default()).await {
+            Ok(list) => objects.extend(list.items.into_iter().map(|mut o| {
+                o.types = Some(kube::api::TypeMeta { api_version: resource.api_version.clone(), kind: kind.into() });
+                serde_json::to_value(o).unwrap_or_default()
+            })),
+            Err(kube::Error::Api(e)) if e.code == 404 && args.fleet_policy.is_none() => return Ok(None),
+            Err(e) => return Err(e).with_context(|| format!("listing {plural}.policy.karmada.io")),
+        }
+    }
+    Ok(Some(policies_of(objects)?))
 }
 
 fn offline(records: &Path, slices: &Path, args: &AuditArgs) -> anyhow::Result<Report> {
@@ -115,9 +176,29 @@ fn offline(records: &Path, slices: &Path, args: &AuditArgs) -> anyhow::Result<Re
     let mut copies = Vec::new();
     for file in files(slices)? {
         let text = std::fs::read_to_string(&file).with_context(|| format!("reading {}", file.display()))?;
-        copies.extend(parse_slices(&file, &text)?);
+        copies.extend(
+            documents(&file, &text)?
+                .into_iter()
+                .map(|(kind, item)| {
+                    serde_json::from_value(item).with_context(|| {
+                        format!("{}: a document of kind {kind:?} is not an EndpointSlice", file.display())
+                    })
+                })
+                .collect::<anyhow::Result<Vec<Slice>>>()?,
+        );
     }
-    Ok(audit(&by_namespace(&resources, &args.record_name), &copies, &args.copy_selector))
+    let policies = match &args.policies {
+        Some(path) => {
+            let mut objects = Vec::new();
+            for file in files(path)? {
+                let text = std::fs::read_to_string(&file).with_context(|| format!("reading {}", file.display()))?;
+                objects.extend(documents(&file, &text)?.into_iter().map(|(_, item)| item));
+            }
+            Some(policies_of(objects).with_context(|| format!("reading policies from {}", path.display()))?)
+        }
+        None => None,
+    };
+    Ok(report(&resources, &copies, policies, args))
 }
 
 /// `path` itself, or the YAML and JSON files in it.
@@ -136,20 +217,17 @@ fn files(path: &Path) -> anyhow::Result<Vec<PathBuf>> {
     Ok(files)
 }
 
-/// EndpointSlices from one file: documents, each a slice or a List of them.
-fn parse_slices(path: &Path, text: &str) -> anyhow::Result<Vec<Slice>> {
+/// The objects of one file, each with the kind of the document it came in: documents, each an
+/// object or a List of them.
+fn documents(path: &Path, text: &str) -> anyhow::Result<Vec<(String, serde_json::Value)>> {
     let docs: Vec<serde_json::Value> =
         serde_saphyr::from_multiple(text).with_context(|| format!("{} is not YAML or JSON", path.display()))?;
-    let mut slices = Vec::new();
+    let mut objects = Vec::new();
     for doc in docs {
         let kind = doc["kind"].as_str().unwrap_or_default().to_owned();
         let items =
             if kind.ends_with("List") { doc["items"].as_array().cloned().unwrap_or_default() } else { vec![doc] };
-        for item in items {
-            let slice = serde_json::from_value(item)
-                .with_context(|| format!("{}: a document of kind {kind:?} is not an EndpointSlice", path.display()))?;
-            slices.push(slice);
-        }
+        objects.extend(items.into_iter().map(|item| (kind.clone(), item)));
     }
-    Ok(slices)
+    Ok(objects)
 }

@@ -47,8 +47,10 @@ enum Command {
     /// (deploy/components/policy; components/enforce makes them deny).
     Policy,
     /// What the webhook would refuse and the pruner would delete now, per namespace, from the
-    /// hub (--kubeconfig) or from files (--records, --slices). Exit 0 when nothing would be
-    /// deleted, 1 when something would, 2 on error.
+    /// hub (--kubeconfig) or from files (--records, --slices); on a Karmada hub, also which
+    /// propagation policies take the copies. Exit 0 when nothing would be deleted and every copy
+    /// goes with the fleet-wide policy, 1 when something would be deleted or another policy takes
+    /// copies, 2 on error.
     Audit(audit::AuditArgs),
     /// What edgegate-producer would record for one project namespace, and why: each proxy,
     /// backend, service and interface with its phase. Reads the project; writes nothing.

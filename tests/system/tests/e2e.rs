@@ -297,6 +297,17 @@ async fn audit_predicts_exactly_what_the_pruner_deletes() {
     };
     let (code, report) = audit();
     assert_eq!(code, Some(1), "something would be deleted");
+    // Not a Karmada hub (no policy.karmada.io): no propagation part, and naming a fleet-wide
+    // policy there is an error.
+    assert!(report.get("propagation").is_none(), "{report}");
+    let named = std::process::Command::new(binary("edgegate"))
+        .args(["audit", &format!("--kubeconfig={}", cp.kubeconfig.display()), &selector])
+        .arg("--fleet-policy=ClusterPropagationPolicy/vpc-endpointslice-copies")
+        .output()
+        .expect("edgegate audit");
+    let said = String::from_utf8_lossy(&named.stderr);
+    assert_eq!(named.status.code(), Some(2), "{said}");
+    assert!(said.contains("listing propagationpolicies.policy.karmada.io"), "{said}");
     let mut predicted: Vec<(String, String)> = report["namespaces"]
         .as_array()
         .expect("namespaces")
@@ -337,6 +348,79 @@ async fn audit_predicts_exactly_what_the_pruner_deletes() {
     let (code, report) = audit();
     assert_eq!((code, report["summary"]["wouldDelete"].as_u64()), (Some(0), Some(0)), "clean afterwards");
     cp.assert_nothing_refused();
+}
+
+/// On a Karmada hub (this API server serving Karmada's policy kinds, from test CRDs), `edgegate
+/// audit --fleet-policy` names a PropagationPolicy that takes copies from the fleet-wide one, as
+/// docs/deploy.md has an operator run it, and is clean once it is gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn audit_names_the_policy_that_takes_copies_on_a_karmada_hub() {
+    let cp = shared();
+    let client = cp.client().await;
+    let apply = |args: &[&str]| {
+        let out = kubectl(cp, args);
+        assert!(out.status.success(), "kubectl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    };
+    let file = |f: &str| repo().join(f).display().to_string();
+    install_crd(&client).await;
+    apply(&["apply", "-f", &file("tests/crds/karmada-policy.yaml")]);
+    apply(&["wait", "--for=condition=Established", "crd", "--all", "--timeout=60s"]);
+    namespace(&client, "ns-3f6c1a52-9e0b-4c1d-8a77-0b5e2d9c4f10", &[]).await;
+    apply(&["apply", "-f", &file("examples/copy-endpointslice.yaml")]);
+    apply(&["apply", "-f", &file("examples/karmada")]);
+    // Only this test's copy (others on this API server have no location label).
+    let selector = "--copy-selector=networking.datumapis.com/vpc-endpointslice-projection=true,networking.datumapis.com/location=lab-1";
+    let audit = |output: &str| {
+        let out = std::process::Command::new(binary("edgegate"))
+            .args(["audit", &format!("--kubeconfig={}", cp.kubeconfig.display()), selector, output])
+            .args(["--fleet-policy=ClusterPropagationPolicy/vpc-endpointslice-copies"])
+            .output()
+            .expect("edgegate audit");
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(stderr.is_empty(), "{stderr}");
+        (out.status.code(), String::from_utf8_lossy(&out.stdout).into_owned())
+    };
+    let (code, text) = audit("--output=text");
+    assert_eq!(code, Some(1), "{text}");
+    assert!(
+        text.contains("problem: PropagationPolicy/ns-3f6c1a52-9e0b-4c1d-8a77-0b5e2d9c4f10/by-location holds 0 and would take 1 copies instead of ClusterPropagationPolicy/vpc-endpointslice-copies"),
+        "{text}"
+    );
+    // Karmada had bound the copy to the fleet-wide policy before the other came.
+    apply(&[
+        "-n",
+        "ns-3f6c1a52-9e0b-4c1d-8a77-0b5e2d9c4f10",
+        "annotate",
+        "endpointslice",
+        "vpc-lab-1-web-6d5f9c7b8d-x2k4q",
+        "clusterpropagationpolicy.karmada.io/name=vpc-endpointslice-copies",
+    ]);
+    let (_, json) = audit("--output=json");
+    let report: serde_json::Value = serde_json::from_str(&json).expect("JSON");
+    let counts: Vec<(String, u64, u64, u64)> = report["propagation"]["policies"]
+        .as_array()
+        .expect("policies")
+        .iter()
+        .map(|c| {
+            let n = |k: &str| c[k].as_u64().unwrap_or(99);
+            (c["policy"].as_str().unwrap_or_default().to_owned(), n("selects"), n("holds"), n("wouldTake"))
+        })
+        .collect();
+    assert_eq!(
+        counts,
+        [
+            ("ClusterPropagationPolicy/vpc-endpointslice-copies".to_owned(), 1, 1, 0),
+            ("PropagationPolicy/ns-3f6c1a52-9e0b-4c1d-8a77-0b5e2d9c4f10/by-location".to_owned(), 1, 0, 1),
+        ],
+        "{json}"
+    );
+    apply(&["delete", "-f", &file("examples/karmada/location-policy.yaml")]);
+    let (code, text) = audit("--output=text");
+    assert_eq!(code, Some(0), "{text}");
+    assert!(
+        text.contains("propagation: fleet-wide policy ClusterPropagationPolicy/vpc-endpointslice-copies\n"),
+        "{text}"
+    );
 }
 
 /// Deploy's matchConditions spare the webhook the calls whose answer cannot be a
