@@ -785,6 +785,28 @@ fn producer_component_adds_the_producer_with_exact_rbac() {
     }
 }
 
+/// docs/deploy.md's two kustomizations for the producer on a Karmada hub, pasted in a clone, are
+/// the compositions the tests run (`karmada_overlays_carry_the_producer_each_its_half` above;
+/// producer_e2e.rs runs the host's producer), and pass render-check.
+#[test]
+fn the_documented_karmada_producer_kustomizations_are_the_tested_ones() {
+    let clone = edgegate_system_tests::docs::clone();
+    let block = edgegate_system_tests::docs::sh_block("deploy.md", "### The producer on a Karmada hub");
+    edgegate_system_tests::docs::paste(clone.path(), std::path::Path::new("/dev/null"), &block);
+    let hub = render(&clone.path().join("my/karmada-hub"));
+    let tested = compose("karmada-pasted-hub", &["overlays/karmada-hub/hub"], &["components/karmada-producer-hub"]);
+    assert_eq!(hub, tested, "my/karmada-hub");
+    let host = render(&clone.path().join("my/karmada-host"));
+    let components =
+        ["components/producer", "components/producer-milo", "components/karmada-producer-host", "components/images"];
+    let tested = compose("karmada-pasted-host", &["overlays/karmada-hub/host"], &components);
+    assert_eq!(host, tested, "my/karmada-host");
+    for (side, objects) in [("hub", &hub), ("host", &host)] {
+        let (passed, said) = render_check(objects);
+        assert!(passed, "{side}: {said}");
+    }
+}
+
 /// docs/sharding.md's kustomization, pasted in a clone: four sharing replicas, set where a server-side
 /// apply keeps them, and nothing render-check would name.
 #[test]

@@ -778,6 +778,66 @@ async fn karmada_pair(name: &str, serving: &Path, flags: &[&str]) -> (ControlPla
     (cp, pod, hub, client)
 }
 
+/// docs/deploy.md's Karmada install, pasted: its commands run as written, in order, with contexts
+/// `hub` and `host` (one API server plays both, as in the tests above) and cert-manager running,
+/// up to the rollout wait (no kubelet here: the pod runner runs the host's two Deployments as
+/// their Pods would, with the Secrets the pasted commands made and cert-manager issued). Then the
+/// page's caBundle check prints the CA's subject, and its token check the pruner token's expiry.
+/// One value is the test's: `server=` names this API server, where the page names
+/// karmada-apiserver's Service (which the host's Pods resolve and this machine does not).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_documented_karmada_install_works_when_pasted() {
+    use edgegate_system_tests::docs;
+    let cp = ControlPlane::own();
+    edgegate_system_tests::cert_manager::start_cert_manager(&cp);
+    // A kubeconfig with the page's two contexts, its CA embedded as a hub's kubeconfig has it.
+    let contexts = cp.dir.join("karmada-contexts.kubeconfig");
+    let flat = kubectl(&cp, &["config", "view", "--raw", "--flatten"]);
+    std::fs::write(&contexts, &flat.stdout).expect("kubeconfig");
+    for args in [&["rename-context", "admin", "hub"][..], &["set-context", "host", "--cluster=cp", "--user=admin"]] {
+        let out = std::process::Command::new("kubectl")
+            .args(["config", "--kubeconfig"])
+            .arg(&contexts)
+            .args(args)
+            .output()
+            .expect("kubectl config");
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    }
+    let block = docs::sh_block("deploy.md", "In order (contexts `hub` = karmada-apiserver");
+    let documented = "server=https://karmada-apiserver.karmada-system.svc:5443\n";
+    assert!(block.contains(documented), "the page no longer sets {documented:?}:\n{block}");
+    let block = block.replace(documented, &format!("server={}\n", cp.server));
+    let (install, after) = docs::split_at(&block, "# once the webhook serves");
+    let (_, check) = docs::split_at(&after, "kubectl --context hub get validatingwebhookconfiguration");
+    let clone = docs::clone();
+    docs::paste(clone.path(), &contexts, &install);
+
+    let client = cp.client().await;
+    let secrets: Api<k8s_openapi::api::core::v1::Secret> = Api::namespaced(client.clone(), "edgegate-system");
+    eventually(Duration::from_secs(60), "cert-manager issued the webhook's certificate", async || {
+        secrets.get_opt("edgegate-webhook-tls").await.ok().flatten().is_some()
+    })
+    .await;
+    let host = Render::of(&repo().join("deploy/overlays/karmada-hub/host"));
+    let webhook = run(&cp, &host, "edgegate-webhook", 0, &[Rewrite::ListenAddress, Rewrite::MountPath]).await;
+    until_ready("the host's webhook ready", &webhook.process, None).await;
+    let pruner = run(&cp, &host, "edgegate-pruner", 0, &[Rewrite::ListenAddress, Rewrite::MountPath]).await;
+    until_ready("the host's pruner ready, on the hub by its pasted kubeconfig", &pruner.process, None).await;
+    eventually(Duration::from_secs(30), "the webhook put its CA in the hub's configuration", async || {
+        !ca_bundle(&client, "edgegate").await.is_empty()
+    })
+    .await;
+    let subject = docs::paste(clone.path(), &contexts, &check);
+    assert!(subject.starts_with("subject=") && subject.contains("edgegate"), "{subject}");
+
+    let token = docs::sh_block("deploy.md", "`EdgegateHubTokenExpiringSoon` fires 14 days before");
+    let claims = docs::paste(clone.path(), &contexts, &token);
+    let claims: serde_json::Value = serde_json::from_str(claims.trim()).unwrap_or_else(|e| panic!("{e}: {claims}"));
+    let days = (claims["exp"].as_i64().unwrap_or(0) - claims["iat"].as_i64().unwrap_or(0)) / 86400;
+    assert_eq!(days, 90, "the pasted loop's --duration=2160h: {claims}");
+    cp.assert_nothing_refused();
+}
+
 /// The hub's webhook configuration as rendered, but reaching the host's webhook by
 /// `https://127.0.0.1:<port>` (in Karmada, the host Service's name) and with `ca_bundle`.
 fn hub_configuration(hub: &Render, port: u16, ca_bundle: Option<&[u8]>) -> serde_json::Value {
