@@ -6,7 +6,7 @@
 //! Pure: the caller passes the time, so the tests state exact instants.
 
 use std::collections::HashMap;
-use std::hash::Hash;
+use std::hash::{Hash, Hasher};
 use std::time::{Duration, Instant};
 
 use super::plan::Scope;
@@ -30,10 +30,21 @@ impl<N: AsRef<str>, A, B> Namespaced for (N, A, B) {
 }
 
 /// When each held key was first observed, in its current unbroken run, by namespace.
-#[derive(Debug)]
-pub struct Hold<K> {
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Hold<K: Hash + Eq> {
     after: Duration,
     since: HashMap<String, HashMap<K, Instant>>,
+}
+
+/// Equal holds hash alike whatever their maps' order: a model checker keeps them in its states.
+impl<K: Hash + Ord> Hash for Hold<K> {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.after.hash(state);
+        let mut runs: Vec<(&String, &K, &Instant)> =
+            self.since.iter().flat_map(|(ns, runs)| runs.iter().map(move |(k, t)| (ns, k, t))).collect();
+        runs.sort_unstable();
+        runs.hash(state);
+    }
 }
 
 /// What one observation found.

@@ -10,10 +10,11 @@
 //! Pure: the caller passes the time.
 
 use std::collections::HashMap;
+use std::hash::{Hash, Hasher};
 use std::time::{Duration, Instant};
 
 /// When an address was last seen in the answer, and whether it was there at the last look.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 struct Seen {
     last: Instant,
     present: bool,
@@ -27,10 +28,21 @@ impl Seen {
 }
 
 /// Per hub namespace, the addresses seen served since its last write.
-#[derive(Debug)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Unwritten {
     after: Duration,
     seen: HashMap<String, HashMap<String, Seen>>,
+}
+
+/// Equal windows hash alike whatever their maps' order: a model checker keeps them in its states.
+impl Hash for Unwritten {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.after.hash(state);
+        let mut seen: Vec<(&String, &String, &Seen)> =
+            self.seen.iter().flat_map(|(ns, seen)| seen.iter().map(move |(a, s)| (ns, a, s))).collect();
+        seen.sort_unstable();
+        seen.hash(state);
+    }
 }
 
 impl Unwritten {
