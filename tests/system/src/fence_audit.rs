@@ -6,6 +6,11 @@
 //! that does not share) counts as holding every bucket: a rollout from one writer to shared ones
 //! is audited too.
 //!
+//! Each write must also fall inside its writer's own deadline: before the last renewal it made of
+//! its member Lease (`edgegate-producer-member-<pod>`, or the one Lease it led by) plus that
+//! Lease's duration, by the API server's clock (when each request was received). A write after
+//! the Lease lapsed but before anyone took the fence is counted too: another replica could have.
+//!
 //! Copy DELETEs are checked the same way: a DELETE's answer carries no resourceVersion, so the
 //! revision each one made is taken from a watch of the copies (its DELETED event's), which the
 //! test keeps ([`Deletions`]).
@@ -24,6 +29,7 @@ use edgegate::core::shard::{self, Bucket};
 use serde_json::Value;
 
 const FENCE_PREFIX: &str = "edgegate-producer-bucket-";
+const MEMBER_PREFIX: &str = "edgegate-producer-member-";
 const SINGLE_LEASE: &str = "edgegate-producer";
 
 /// Each copy deleted, by namespace and name, with the revision its deletion made (from a watch's
@@ -43,6 +49,8 @@ pub struct Overlap {
     pub holder: Option<String>,
     /// Whom the producer's one Lease named then.
     pub single: Option<String>,
+    /// Made after the writer's own Lease lapsed (or before it ever renewed one).
+    pub late: bool,
 }
 
 /// What the auditor found.
@@ -62,6 +70,8 @@ pub struct Audit {
 pub fn audit(log: &str, project_of: &BTreeMap<String, String>, deleted: &Deletions) -> Audit {
     let mut fences: BTreeMap<Bucket, Vec<(u64, Option<String>)>> = BTreeMap::new();
     let mut single: Vec<(u64, Option<String>)> = Vec::new();
+    // Each writer's own deadlines: the revision of each renewal, and until when it holds.
+    let mut deadlines: BTreeMap<String, Vec<(u64, jiff::Timestamp)>> = BTreeMap::new();
     let mut writes = Vec::new();
     for event in log.lines().filter_map(|l| serde_json::from_str::<Value>(l).ok()) {
         let code = event["responseStatus"]["code"].as_u64().unwrap_or(0);
@@ -76,8 +86,8 @@ pub fn audit(log: &str, project_of: &BTreeMap<String, String>, deleted: &Deletio
             if let (Some(writer), Some(namespace), Some(name)) = (writer, namespace, name) {
                 let revision = deleted.get(&(namespace.to_owned(), name.to_owned())).copied();
                 // A DELETE the watch did not see end (it did not happen): nothing to check.
-                if let Some(revision) = revision {
-                    writes.push((revision, "delete", writer, namespace.to_owned()));
+                if let (Some(revision), Some(time)) = (revision, received(&event)) {
+                    writes.push((revision, time, "delete", writer, namespace.to_owned()));
                 }
             }
             continue;
@@ -99,6 +109,14 @@ pub fn audit(log: &str, project_of: &BTreeMap<String, String>, deleted: &Deletio
                     Some(writer) if writer.strip_prefix(h.as_str()).is_some_and(|uid| uid.starts_with('/')) => writer,
                     _ => h,
                 });
+                let renewed = holder.as_ref().filter(|h| Some(*h) == pod(&event).as_ref()).zip(received(&event));
+                let seconds = event["responseObject"]["spec"]["leaseDurationSeconds"].as_i64().unwrap_or(0);
+                if let Some((writer, time)) = renewed
+                    && (name == SINGLE_LEASE || name.starts_with(MEMBER_PREFIX))
+                {
+                    let until = time.checked_add(jiff::SignedDuration::from_secs(seconds)).unwrap_or(time);
+                    deadlines.entry(writer.clone()).or_default().push((revision, until));
+                }
                 if name == SINGLE_LEASE {
                     single.push((revision, holder));
                 } else if let Some(bucket) = name.strip_prefix(FENCE_PREFIX).and_then(|b| b.parse().ok()) {
@@ -106,17 +124,18 @@ pub fn audit(log: &str, project_of: &BTreeMap<String, String>, deleted: &Deletio
                 }
             }
             Some("edgereachabilities") => {
-                let Some(writer) = pod(&event) else { continue };
+                let (Some(writer), Some(time)) = (pod(&event), received(&event)) else { continue };
                 let namespace = object["namespace"].as_str().unwrap_or_default().to_owned();
-                writes.push((revision, "patch", writer, namespace));
+                writes.push((revision, time, "patch", writer, namespace));
             }
             _ => {}
         }
     }
     fences.values_mut().for_each(|f| f.sort_unstable());
     single.sort_unstable();
+    deadlines.values_mut().for_each(|d| d.sort_unstable());
     let mut audit = Audit { fence_changes: fences.values().map(Vec::len).sum(), ..Audit::default() };
-    for (revision, verb, writer, namespace) in writes {
+    for (revision, time, verb, writer, namespace) in writes {
         let Some(project) = project_of.get(&namespace) else { continue };
         let bucket = shard::bucket(project);
         let holder = at(fences.get(&bucket).map_or(&[][..], Vec::as_slice), revision);
@@ -129,8 +148,11 @@ pub fn audit(log: &str, project_of: &BTreeMap<String, String>, deleted: &Deletio
         let holders = [&holder, &single];
         let own = holders.iter().any(|h| h.as_deref() == Some(writer.as_str()));
         let other = holders.iter().any(|h| h.as_deref().is_some_and(|h| h != writer));
-        if !own || other {
-            audit.overlaps.push(Overlap { revision, verb: verb.to_owned(), writer, namespace, bucket, holder, single });
+        let deadline = deadlines.get(&writer).and_then(|d| d.iter().take_while(|(r, _)| *r < revision).last());
+        let late = !deadline.is_some_and(|(_, until)| time < *until);
+        if !own || other || late {
+            let verb = verb.to_owned();
+            audit.overlaps.push(Overlap { revision, verb, writer, namespace, bucket, holder, single, late });
         }
     }
     audit
@@ -142,6 +164,11 @@ fn pod(event: &Value) -> Option<String> {
     let name = extra["authentication.kubernetes.io/pod-name"][0].as_str()?;
     let uid = extra["authentication.kubernetes.io/pod-uid"][0].as_str().unwrap_or_default();
     Some(format!("{name}/{uid}"))
+}
+
+/// When the API server received the request.
+fn received(event: &Value) -> Option<jiff::Timestamp> {
+    event["requestReceivedTimestamp"].as_str()?.parse().ok()
 }
 
 /// Whom a Lease (its changes, in revision order) named just before `revision`.
@@ -164,25 +191,43 @@ mod tests {
         json!({"extra": {"authentication.kubernetes.io/pod-name": [name], "authentication.kubernetes.io/pod-uid": [uid]}})
     }
 
-    /// A Lease written by the Pod it names (`name` or `name@uid`), or released.
+    /// When the API server received a request: revision `r` at second `r`.
+    fn at(revision: u64) -> String {
+        format!("2026-12-07T00:{:02}:{:02}Z", revision / 60, revision % 60)
+    }
+
+    /// A Lease written by the Pod it names (`name` or `name@uid`), or released; held for 1,000 s.
     fn lease(name: &str, revision: u64, holder: Option<&str>) -> String {
+        renewal(name, revision, holder, 1000)
+    }
+
+    fn renewal(name: &str, revision: u64, holder: Option<&str>, seconds: u64) -> String {
         let named = holder.map(|h| h.split_once('@').map_or(h, |(n, _)| n));
         json!({"stage": "ResponseComplete", "verb": "update", "responseStatus": {"code": 200},
+            "requestReceivedTimestamp": at(revision),
             "user": holder.map(user), "objectRef": {"resource": "leases", "name": name},
-            "responseObject": {"metadata": {"resourceVersion": revision.to_string()}, "spec": {"holderIdentity": named}}})
+            "responseObject": {"metadata": {"resourceVersion": revision.to_string()},
+                "spec": {"holderIdentity": named, "leaseDurationSeconds": seconds}}})
         .to_string()
     }
 
-    fn delete(pod: &str, namespace: &str, name: &str) -> String {
+    /// Pod `pod`'s member Lease renewed.
+    fn member(pod: &str, revision: u64, seconds: u64) -> String {
+        let name = pod.split_once('@').map_or(pod, |(n, _)| n);
+        renewal(&format!("{MEMBER_PREFIX}{name}"), revision, Some(pod), seconds)
+    }
+
+    /// A DELETE received at second `second` (its revision comes from the watch).
+    fn delete(pod: &str, namespace: &str, name: &str, second: u64) -> String {
         json!({"stage": "ResponseComplete", "verb": "delete", "responseStatus": {"code": 200},
-            "user": user(pod),
+            "requestReceivedTimestamp": at(second), "user": user(pod),
             "objectRef": {"resource": "endpointslices", "namespace": namespace, "name": name}})
         .to_string()
     }
 
     fn write(revision: u64, pod: &str, namespace: &str) -> String {
         json!({"stage": "ResponseComplete", "verb": "patch", "responseStatus": {"code": 200},
-            "user": user(pod),
+            "requestReceivedTimestamp": at(revision), "user": user(pod),
             "objectRef": {"resource": "edgereachabilities", "namespace": namespace},
             "responseObject": {"metadata": {"resourceVersion": revision.to_string()}}})
         .to_string()
@@ -195,6 +240,9 @@ mod tests {
         let b = shard::bucket("alpha");
         let projects = BTreeMap::from([("ns-a".to_owned(), "alpha".to_owned())]);
         let log = [
+            member("one", 1, 1000),
+            member("two", 2, 1000),
+            member("one@2", 3, 1000),
             write(5, "one", "ns-a"),       // before anyone held the fence
             fence(b, 10, Some("one")),     // one takes it
             write(11, "one", "ns-a"),      // inside
@@ -212,13 +260,13 @@ mod tests {
             write(34, "solo", "ns-a"),             // inside
             lease(SINGLE_LEASE, 35, None),         // solo lets go
             write(36, "solo", "ns-a"),
-            fence(b, 39, Some("two")),        // two takes it again
-            delete("two", "ns-a", "inside"),  // two deletes a copy while it holds the bucket
-            delete("one", "ns-a", "outside"), // one deletes another while two holds it
-            delete("one", "ns-a", "refused"), // a DELETE the watch never saw end: not checked
-            fence(b, 50, Some("one@2")),      // Pod one made again takes it (its predecessor gone)
-            write(51, "one", "ns-a"),         // the predecessor writes: another writer
-            write(52, "one@2", "ns-a"),       // inside
+            fence(b, 39, Some("two")),            // two takes it again
+            delete("two", "ns-a", "inside", 40),  // two deletes a copy while it holds the bucket
+            delete("one", "ns-a", "outside", 41), // one deletes another while two holds it
+            delete("one", "ns-a", "refused", 42), // a DELETE the watch never saw end: not checked
+            fence(b, 50, Some("one@2")),          // Pod one made again takes it (its predecessor gone)
+            write(51, "one", "ns-a"),             // the predecessor writes: another writer
+            write(52, "one@2", "ns-a"),           // inside
         ]
         .join("\n");
         let deleted =
@@ -240,5 +288,27 @@ mod tests {
                 (51, "one/1")
             ]
         );
+    }
+
+    /// Inside the fence is not enough: a write after the writer's own member Lease lapsed counts
+    /// even while the fence still names it (nobody took it yet); a renewal makes it whole again.
+    #[test]
+    fn a_write_after_the_writers_own_lease_lapsed_is_counted() {
+        let b = shard::bucket("alpha");
+        let projects = BTreeMap::from([("ns-a".to_owned(), "alpha".to_owned())]);
+        let log = [
+            member("one", 10, 5),      // until second 15
+            fence(b, 11, Some("one")), // one takes the bucket
+            write(12, "one", "ns-a"),  // inside
+            write(15, "one", "ns-a"),  // at its deadline: outside
+            write(20, "one", "ns-a"),  // lapsed; the fence still names it
+            member("one", 30, 5),      // renewed: until 35
+            write(31, "one", "ns-a"),  // inside again
+            write(40, "two", "ns-a"),  // never renewed a Lease, and no fence
+        ]
+        .join("\n");
+        let audit = audit(&log, &projects, &Deletions::new());
+        let counted: Vec<(u64, bool)> = audit.overlaps.iter().map(|o| (o.revision, o.late)).collect();
+        assert_eq!(counted, [(15, true), (20, true), (40, true)]);
     }
 }
