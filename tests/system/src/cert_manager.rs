@@ -53,11 +53,11 @@ pub fn start_cert_manager(cp: &ControlPlane) {
     let fresh = cp.start_once("cert-manager", |cp| {
         let dir = build();
         let built = started.elapsed();
-        kubectl(cp, &["apply", "--server-side", "-f", &dir.join("crds").display().to_string()]);
+        cp.kubectl_ok(&["apply", "--server-side", "-f", &dir.join("crds").display().to_string()]);
         let mut wait = vec!["wait", "--for=condition=Established", "--timeout=60s"];
         let names: Vec<String> = CRDS.iter().map(|c| format!("crd/{c}")).collect();
         wait.extend(names.iter().map(String::as_str));
-        kubectl(cp, &wait);
+        cp.kubectl_ok(&wait);
         eprintln!(
             "cert-manager: build.sh took {built:?}; CRDs applied and established in {:?}",
             started.elapsed() - built
@@ -87,10 +87,4 @@ pub fn start_cert_manager(cp: &ControlPlane) {
         std::thread::sleep(Duration::from_millis(100));
     }
     eprintln!("cert-manager running in {:?} (ready {:?} after start)", started.elapsed(), since.elapsed());
-}
-
-fn kubectl(cp: &ControlPlane, args: &[&str]) {
-    let out =
-        Command::new("kubectl").arg("--kubeconfig").arg(&cp.kubeconfig).args(args).output().expect("kubectl runs");
-    assert!(out.status.success(), "kubectl {}: {}", args.join(" "), String::from_utf8_lossy(&out.stderr));
 }

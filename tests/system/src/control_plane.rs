@@ -84,10 +84,6 @@ pub fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("free port")
-}
-
 fn run(cmd: &mut Command) {
     let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
     assert!(out.status.success(), "{cmd:?} failed: {}", String::from_utf8_lossy(&out.stderr));
@@ -192,7 +188,7 @@ impl ControlPlane {
             let main = processes.iter().find(|p| p.name == "kube-apiserver").expect("kube-apiserver");
             (main.program.clone(), main.args.clone())
         };
-        let port = free_port();
+        let port = crate::helpers::free_port();
         args.retain(|a| !["--secure-port=", "--cert-dir=", "--audit-log-path="].iter().any(|f| a.starts_with(f)));
         args.extend([
             format!("--secure-port={port}"),
@@ -328,7 +324,8 @@ impl ControlPlane {
         std::fs::create_dir_all(dir.join("etcd")).expect("mkdir");
         Self::make_certs(&dir);
 
-        let (peer, client, secure) = (free_port(), free_port(), free_port());
+        let (peer, client, secure) =
+            (crate::helpers::free_port(), crate::helpers::free_port(), crate::helpers::free_port());
         let etcd_args: Vec<String> = vec![
             format!("--data-dir={}", dir.join("etcd").display()),
             format!("--listen-peer-urls=http://127.0.0.1:{peer}"),
@@ -592,6 +589,23 @@ impl ControlPlane {
     }
 
     /// An admin client.
+    /// `kubectl` against this API server as the admin: its output, whatever its exit status.
+    pub fn kubectl(&self, args: &[&str]) -> std::process::Output {
+        Command::new("kubectl")
+            .arg("--kubeconfig")
+            .arg(&self.kubeconfig)
+            .args(args)
+            .output()
+            .expect("kubectl runs (on PATH; or PATH=\"$(tests/control-plane/build.sh kubectl):$PATH\")")
+    }
+
+    /// [`ControlPlane::kubectl`] that must succeed: its standard output.
+    pub fn kubectl_ok(&self, args: &[&str]) -> String {
+        let out = self.kubectl(args);
+        assert!(out.status.success(), "kubectl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
     pub async fn client(&self) -> kube::Client {
         edgegate::runtime::client::kube_client(Some(&self.kubeconfig), None).await.expect("admin client")
     }

@@ -149,7 +149,7 @@ pub fn audit(log: &str, project_of: &BTreeMap<String, String>, deleted: &Deletio
         let own = holders.iter().any(|h| h.as_deref() == Some(writer.as_str()));
         let other = holders.iter().any(|h| h.as_deref().is_some_and(|h| h != writer));
         let deadline = deadlines.get(&writer).and_then(|d| d.iter().take_while(|(r, _)| *r < revision).last());
-        let late = !deadline.is_some_and(|(_, until)| time < *until);
+        let late = deadline.is_none_or(|(_, until)| time >= *until);
         if !own || other || late {
             let verb = verb.to_owned();
             audit.overlaps.push(Overlap { revision, verb, writer, namespace, bucket, holder, single, late });

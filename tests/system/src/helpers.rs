@@ -113,6 +113,12 @@ pub fn slice(test: &str, name: &str, copy: bool, addresses: &[&str]) -> Endpoint
     }
 }
 
+/// The entries of the `default` record of hub namespace `hub_ns`, if it exists.
+pub async fn record(hub: &Client, hub_ns: &str) -> Option<Vec<String>> {
+    let api: Api<edgegate::EdgeReachability> = Api::namespaced(hub.clone(), hub_ns);
+    api.get_opt("default").await.expect("get record").map(|r| r.entries().to_vec())
+}
+
 /// Write (create or replace) the namespace's `default` record by server-side apply.
 pub async fn set_record(client: &Client, ns: &str, addresses: &[&str]) {
     let api: Api<edgegate::EdgeReachability> = Api::namespaced(client.clone(), ns);

@@ -350,18 +350,13 @@ async fn run_placed(
     let mut rewrites = Vec::new();
     let (mounts, volume_sync) = secret_volumes(cp, &name, &namespace, spec, container, allowed, volume_delay).await;
     let mounted = |value: &str, rewrites: &mut Vec<String>| -> String {
-        let mut value = value.to_owned();
-        for (path, dir) in &mounts {
-            if let Some(at) = value.find(path.as_str()) {
-                let rest = &value[at + path.len()..];
-                if rest.is_empty() || rest.starts_with('/') {
-                    let new = format!("{}{}{rest}", &value[..at], dir.display());
-                    rewrites.push(format!("{value} → {new}"));
-                    value = new;
-                }
+        match mount_rewrite(value, &mounts) {
+            Some(new) => {
+                rewrites.push(format!("{value} → {new}"));
+                new
             }
+            None => value.to_owned(),
         }
-        value
     };
     let command: Vec<String> = strings(&container["command"]);
     assert!(!command.is_empty(), "{deployment}: the container has no command");
@@ -700,6 +695,54 @@ fn listen_rewrite(arg: &str, declared: &BTreeMap<u64, String>, ports: &mut BTree
     Some(format!("{flag}=127.0.0.1:{local}"))
 }
 
+/// `value` with each Secret volume's mount path in it (as a whole path: followed by `/` or
+/// nothing) replaced by the directory the runner projects that volume into; `None` when it names
+/// no mount.
+fn mount_rewrite(value: &str, mounts: &[(String, PathBuf)]) -> Option<String> {
+    let mut rewritten = None;
+    for (path, dir) in mounts {
+        let current: &str = rewritten.as_deref().unwrap_or(value);
+        if let Some(at) = current.find(path.as_str()) {
+            let rest = &current[at + path.len()..];
+            if rest.is_empty() || rest.starts_with('/') {
+                rewritten = Some(format!("{}{}{rest}", &current[..at], dir.display()));
+            }
+        }
+    }
+    rewritten
+}
+
 fn strings(value: &Value) -> Vec<String> {
     value.as_array().into_iter().flatten().filter_map(|v| v.as_str().map(str::to_owned)).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_listen_address_on_a_declared_port_moves_to_loopback() {
+        let declared = BTreeMap::from([(8443, "https".to_owned())]);
+        let mut ports = BTreeMap::new();
+        let new = listen_rewrite("--listen=0.0.0.0:8443", &declared, &mut ports).expect("rewritten");
+        let port = ports["https"];
+        assert_eq!(new, format!("--listen=127.0.0.1:{port}"));
+        for untouched in ["--listen=0.0.0.0:9999", "--listen=127.0.0.1:8443", "--listen", "--grace=30s"] {
+            assert_eq!(listen_rewrite(untouched, &declared, &mut ports), None, "{untouched}");
+        }
+    }
+
+    #[test]
+    fn a_mount_path_is_rewritten_only_as_a_whole_path() {
+        let mounts = [("/etc/edgegate/hub".to_owned(), PathBuf::from("/tmp/pod/volumes/hub"))];
+        let rows = [
+            ("--kubeconfig=/etc/edgegate/hub/kubeconfig", Some("--kubeconfig=/tmp/pod/volumes/hub/kubeconfig")),
+            ("/etc/edgegate/hub", Some("/tmp/pod/volumes/hub")),
+            ("/etc/edgegate/hubs/kubeconfig", None),
+            ("/etc/edgegate/tls/tls.crt", None),
+        ];
+        for (value, expected) in rows {
+            assert_eq!(mount_rewrite(value, &mounts).as_deref(), expected, "{value}");
+        }
+    }
 }

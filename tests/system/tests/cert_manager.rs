@@ -44,10 +44,10 @@ fn cert_manager_issues_injects_renews_and_namespaces_go() {
 
     // The install path: namespace first (the kustomization does not create it), then the
     // self-signed root → CA → Issuer → Certificate chain, applied server-side.
-    ok(&kubectl(&cp, &["create", "namespace", NS]));
+    ok(&cp.kubectl(&["create", "namespace", NS]));
     let t = Instant::now();
     // The component renders on its own (its patches target webhook configurations not here).
-    ok(&kubectl(&cp, &["apply", "-k", &repo().join(COMPONENT).display().to_string(), "--server-side"]));
+    ok(&cp.kubectl(&["apply", "-k", &repo().join(COMPONENT).display().to_string(), "--server-side"]));
     wait_for(&cp, Duration::from_secs(90), "Secret edgegate-webhook-tls with tls.crt, tls.key, ca.crt", || {
         tls_secret(&cp)
     });
@@ -113,7 +113,7 @@ fn cert_manager_issues_injects_renews_and_namespaces_go() {
     assert_eq!(vwc_bundle(&cp), Some(first.ca.clone()), "caBundle no longer the CA after renewal");
 
     // kube-controller-manager: the garbage collector removes a dependent of a deleted owner...
-    ok(&kubectl(&cp, &["create", "configmap", "-n", "default", "gc-owner"]));
+    ok(&cp.kubectl(&["create", "configmap", "-n", "default", "gc-owner"]));
     let owner = get_json(&cp, &["get", "configmap", "-n", "default", "gc-owner"]).expect("owner");
     let dependent = json!({
         "apiVersion": "v1", "kind": "ConfigMap",
@@ -122,20 +122,20 @@ fn cert_manager_issues_injects_renews_and_namespaces_go() {
         }]},
     });
     apply_yaml(&cp, "gc-dependent.json", &dependent.to_string());
-    ok(&kubectl(&cp, &["delete", "configmap", "-n", "default", "gc-owner", "--wait=false"]));
+    ok(&cp.kubectl(&["delete", "configmap", "-n", "default", "gc-owner", "--wait=false"]));
     let (_, took) = wait_for(&cp, Duration::from_secs(60), "the dependent ConfigMap collected", || {
-        gone(&kubectl(&cp, &["get", "configmap", "-n", "default", "gc-dependent"]))
+        gone(&cp.kubectl(&["get", "configmap", "-n", "default", "gc-dependent"]))
     });
     eprintln!("[time] owner deleted → dependent garbage-collected in {took:?}");
 
     // ...and the namespace controller empties and removes deleted namespaces: one holding a
     // ConfigMap, then edgegate-system with everything cert-manager made in it.
-    ok(&kubectl(&cp, &["create", "namespace", "kcm-probe"]));
-    ok(&kubectl(&cp, &["create", "configmap", "-n", "kcm-probe", "probe", "--from-literal=k=v"]));
+    ok(&cp.kubectl(&["create", "namespace", "kcm-probe"]));
+    ok(&cp.kubectl(&["create", "configmap", "-n", "kcm-probe", "probe", "--from-literal=k=v"]));
     for ns in ["kcm-probe", NS] {
-        ok(&kubectl(&cp, &["delete", "namespace", ns, "--wait=false"]));
+        ok(&cp.kubectl(&["delete", "namespace", ns, "--wait=false"]));
         let (_, took) = wait_for(&cp, Duration::from_secs(60), &format!("namespace {ns} gone"), || {
-            gone(&kubectl(&cp, &["get", "namespace", ns]))
+            gone(&cp.kubectl(&["get", "namespace", ns]))
         });
         eprintln!("[time] namespace {ns} deleted → gone in {took:?}");
     }
@@ -203,7 +203,7 @@ fn trigger_renewal(cp: &ControlPlane, name: &str) {
         }));
         let file = cp.dir.join("renew.json");
         std::fs::write(&file, cert.to_string()).expect("write");
-        let out = kubectl(cp, &["replace", "--subresource=status", "-f", &file.display().to_string()]);
+        let out = cp.kubectl(&["replace", "--subresource=status", "-f", &file.display().to_string()]);
         if out.status.success() {
             return;
         }
@@ -283,27 +283,18 @@ fn verify_chain(cp: &ControlPlane, tls: &Tls) {
 fn apply_yaml(cp: &ControlPlane, name: &str, text: &str) {
     let file = cp.dir.join(name);
     std::fs::write(&file, text).expect("write");
-    ok(&kubectl(cp, &["apply", "-f", &file.display().to_string()]));
+    ok(&cp.kubectl(&["apply", "-f", &file.display().to_string()]));
 }
 
 fn get_json(cp: &ControlPlane, args: &[&str]) -> Option<Value> {
     let mut args = args.to_vec();
     args.extend(["-o", "json"]);
-    let out = kubectl(cp, &args);
+    let out = cp.kubectl(&args);
     out.status.success().then(|| serde_json::from_slice(&out.stdout).expect("kubectl -o json"))
 }
 
 fn gone(out: &Output) -> Option<()> {
     (!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("NotFound")).then_some(())
-}
-
-fn kubectl(cp: &ControlPlane, args: &[&str]) -> Output {
-    Command::new("kubectl")
-        .arg("--kubeconfig")
-        .arg(&cp.kubeconfig)
-        .args(args)
-        .output()
-        .expect("kubectl runs (on PATH; or PATH=\"$(tests/control-plane/build.sh kubectl):$PATH\")")
 }
 
 fn ok(out: &Output) {

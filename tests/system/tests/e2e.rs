@@ -358,7 +358,7 @@ async fn audit_names_the_policy_that_takes_copies_on_a_karmada_hub() {
     let cp = shared();
     let client = cp.client().await;
     let apply = |args: &[&str]| {
-        let out = kubectl(cp, args);
+        let out = cp.kubectl(args);
         assert!(out.status.success(), "kubectl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
     };
     let file = |f: &str| repo().join(f).display().to_string();
@@ -627,7 +627,7 @@ async fn a_record_of_the_wrong_shape_makes_only_its_namespace_unreadable() {
                          "metadata": {"name": "default", "namespace": "shape-bad"}, "spec": {"addresses": "fd20:0:7::1"}});
         let file = cp.dir.join("bad-record.json");
         std::fs::write(&file, bad.to_string()).expect("write");
-        kubectl(&cp, &["apply", "-f", &file.display().to_string()]).status.success()
+        cp.kubectl(&["apply", "-f", &file.display().to_string()]).status.success()
     })
     .await;
     set_record(&client, "shape-good", &["fd20:0:7::1"]).await;
@@ -683,7 +683,7 @@ async fn every_overlay_applies_server_side_dry_run() {
         assert!(render.status.success());
         let rendered = cp.dir.join(format!("{}.yaml", overlay.replace('/', "-")));
         std::fs::write(&rendered, &render.stdout).expect("write");
-        let out = kubectl(cp, &["apply", "--dry-run=server", "-f", &rendered.display().to_string()]);
+        let out = cp.kubectl(&["apply", "--dry-run=server", "-f", &rendered.display().to_string()]);
         assert!(out.status.success(), "{overlay}: {}", String::from_utf8_lossy(&out.stderr));
     }
 }
@@ -691,7 +691,7 @@ async fn every_overlay_applies_server_side_dry_run() {
 /// The API server's own view of the webhook's latency: median and p99 of
 /// `apiserver_admission_webhook_admission_duration_seconds` for edgegate's webhook.
 fn report_admission_latency(cp: &ControlPlane) {
-    let out = kubectl(cp, &["get", "--raw", "/metrics"]);
+    let out = cp.kubectl(&["get", "--raw", "/metrics"]);
     let text = String::from_utf8_lossy(&out.stdout);
     let mut buckets: std::collections::BTreeMap<u64, f64> = Default::default(); // le in ns → count
     for line in text.lines().filter(|l| {
@@ -714,17 +714,8 @@ fn report_admission_latency(cp: &ControlPlane) {
     assert!(total > 0.0, "the API server called the webhook");
 }
 
-fn kubectl(cp: &ControlPlane, args: &[&str]) -> std::process::Output {
-    std::process::Command::new("kubectl")
-        .arg("--kubeconfig")
-        .arg(&cp.kubeconfig)
-        .args(args)
-        .output()
-        .expect("kubectl runs")
-}
-
 fn apply_file(cp: &ControlPlane, path: &Path) {
-    let out = kubectl(cp, &["apply", "-f", &path.display().to_string()]);
+    let out = cp.kubectl(&["apply", "-f", &path.display().to_string()]);
     assert!(out.status.success(), "applying {}: {}", path.display(), String::from_utf8_lossy(&out.stderr));
 }
 
@@ -792,7 +783,7 @@ async fn the_documented_karmada_install_works_when_pasted() {
     edgegate_system_tests::cert_manager::start_cert_manager(&cp);
     // A kubeconfig with the page's two contexts, its CA embedded as a hub's kubeconfig has it.
     let contexts = cp.dir.join("karmada-contexts.kubeconfig");
-    let flat = kubectl(&cp, &["config", "view", "--raw", "--flatten"]);
+    let flat = cp.kubectl(&["config", "view", "--raw", "--flatten"]);
     std::fs::write(&contexts, &flat.stdout).expect("kubeconfig");
     for args in [&["rename-context", "admin", "hub"][..], &["set-context", "host", "--cluster=cp", "--user=admin"]] {
         let out = std::process::Command::new("kubectl")

@@ -127,11 +127,6 @@ fn watch_records(hub: Client, probe: Arc<Mutex<Probe>>) -> tokio::task::JoinHand
     })
 }
 
-async fn record_of(hub: &Client, ns: &str) -> Vec<String> {
-    let api: Api<edgegate::EdgeReachability> = Api::namespaced(hub.clone(), ns);
-    api.get_opt("default").await.expect("record").map(|r| r.entries().to_vec()).unwrap_or_default()
-}
-
 /// `rate` changes a second for `for_`, round-robin over `projects`: each moves the project's
 /// interface to a new address (named at once; the old one withdrawn after --withdraw-after).
 /// Returns how long the changes took to send.
@@ -354,14 +349,14 @@ async fn fleet() {
     };
     let (idle_before, idle_since) = (idle_requests(), Instant::now());
     milo.set_fault(bad, Some(fault));
-    let record_before = record_of(&hub, &bad_ns).await;
+    let record_before = record(&hub, &bad_ns).await;
     create(&hub, &bad_ns, &slice("fleet", "unserved", true, &["fd20:dead::1"]), false).await.expect("copy");
     let other = tokio::spawn(copy_collected(hub.clone(), hub_namespaces[1].clone(), "fd20:dead::3"));
     let took = change(&backing, &hub_namespaces, 1..serving, &mut generations, &probe, 2.0, fault_for).await;
     let (named_cut, withdrawn_cut, _) = settle(&probe).await;
     let during = other.await.expect("copy during the fault");
     assert!(exists(&hub, &bad_ns, "unserved").await, "the unreadable project's copy was deleted");
-    assert_eq!(record_of(&hub, &bad_ns).await, record_before, "the unreadable project's record changed");
+    assert_eq!(record(&hub, &bad_ns).await, record_before, "the unreadable project's record changed");
     eprintln!(
         "fleet: {bad} {fault:?} for {took:.0?}: its unserved copy kept and its record unchanged throughout; the others' {} changes named after median {:.1?}, p99 {:.1?}, withdrawn after median {:.1?} ({:+.1} % against before); another project's unserved copy collected after {during:.1?} ({:+.1} %)",
         named_cut.len(),
@@ -435,6 +430,29 @@ async fn fleet() {
     }
 }
 
+/// Every bucket held exactly once among `pods`: each of the 256 fence Leases names one of them, and
+/// each counts (`edgegate_producer_buckets_held`) exactly the fences naming it. Their counts
+/// summing to 256 alone would also pass with one bucket held twice and another by nobody.
+async fn held_once(hub: &Client, pods: &[RunningPod]) -> bool {
+    let leases: Api<k8s_openapi::api::coordination::v1::Lease> = Api::namespaced(hub.clone(), "edgegate-system");
+    let Ok(leases) = leases.list(&Default::default()).await else { return false };
+    let mut named: HashMap<String, u64> = HashMap::new();
+    let mut fences = 0;
+    for lease in leases.items {
+        if lease.metadata.name.as_deref().is_some_and(|n| n.starts_with("edgegate-producer-bucket-")) {
+            fences += 1;
+            if let Some(holder) = lease.spec.and_then(|s| s.holder_identity) {
+                *named.entry(holder).or_default() += 1;
+            }
+        }
+    }
+    let counted = |p: &RunningPod| gauge(&metrics(&p.process), "edgegate_producer_buckets_held ");
+    fences == 256
+        && named.values().sum::<u64>() == 256
+        && named.keys().all(|holder| pods.iter().any(|p| p.name == *holder))
+        && pods.iter().all(|p| named.get(&p.name).copied().unwrap_or(0) == counted(p))
+}
+
 /// The fleet shared by three producer replicas (components/producer-sharded): `FLEET_PROJECTS`
 /// projects (1,000), one in five serving. Measured: how long a cold start takes until every bucket
 /// is held and every project whole at its owner; each replica's share of the projects, its RSS and
@@ -470,9 +488,8 @@ async fn sharded_fleet() {
     }
     let whole = async |pods: &[RunningPod]| {
         let scrapes: Vec<String> = pods.iter().map(|p| metrics(&p.process)).collect();
-        let held: u64 = scrapes.iter().map(|s| gauge(s, "edgegate_producer_buckets_held ")).sum();
         let synced: u64 = scrapes.iter().map(|s| gauge(s, "edgegate_producer_projects{state=\"synced\"} ")).sum();
-        held == 256 && synced == total as u64
+        held_once(&hub, pods).await && synced == total as u64
     };
     eventually(Duration::from_secs(900), "every bucket held and every project whole", async || whole(&pods).await)
         .await;
@@ -522,7 +539,7 @@ async fn sharded_fleet() {
     signal(killed.pid(), "KILL");
     let kill = Instant::now();
     eventually(Duration::from_secs(120), "the killed replica's buckets taken over", async || {
-        pods.iter().map(|p| gauge(&metrics(&p.process), "edgegate_producer_buckets_held ")).sum::<u64>() == 256
+        held_once(&hub, &pods).await
     })
     .await;
     let taken = kill.elapsed();
@@ -728,7 +745,7 @@ async fn slow_hub_fleet() {
     );
     *delays.lock().expect("delays") = SlowHub::default();
     eventually(Duration::from_secs(120), "the hung namespace written once its hang is lifted", async || {
-        record_of(&hub, &hung_ns).await.contains(&"fd20:1::ffff".to_owned())
+        record(&hub, &hung_ns).await.unwrap_or_default().contains(&"fd20:1::ffff".to_owned())
     })
     .await;
     assert!(p99 <= Duration::from_secs(1), "a hung namespace held the others up: p99 {p99:?}");

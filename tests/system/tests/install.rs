@@ -13,22 +13,12 @@ use edgegate_system_tests::shipped::{reloads, reviews, webhook_in};
 use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
 use k8s_openapi::api::core::v1::Secret;
 
-fn kubectl(cp: &ControlPlane, args: &[&str]) -> std::process::Output {
-    Command::new("kubectl").arg("--kubeconfig").arg(&cp.kubeconfig).args(args).output().expect("kubectl runs")
-}
-
-fn ok(cp: &ControlPlane, args: &[&str]) -> String {
-    let out = kubectl(cp, args);
-    assert!(out.status.success(), "kubectl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
 /// Render `resources` + `components` (paths under deploy/) as a user's kustomization, and apply it
 /// server-side; the objects applied, for the pod runner.
 fn apply(cp: &ControlPlane, name: &str, resources: &[&str], components: &[&str]) -> Render {
     deploy_dev_certs();
     let dir = kustomization(&format!("install-{name}"), resources, components);
-    ok(cp, &["apply", "--server-side", "-k", &dir.display().to_string()]);
+    cp.kubectl_ok(&["apply", "--server-side", "-k", &dir.display().to_string()]);
     Render::of(&dir)
 }
 
@@ -57,14 +47,14 @@ async fn emergency_off_lets_copy_writes_through_at_once() {
     assert!(refusal.contains("no endpoints available"), "{refusal}");
 
     let started = Instant::now();
-    ok(&cp, &["delete", EMERGENCY_KINDS, "-A", "-l", "edgegate.datumapis.com/enforces=true"]);
+    cp.kubectl_ok(&["delete", EMERGENCY_KINDS, "-A", "-l", "edgegate.datumapis.com/enforces=true"]);
     let took = eventually(Duration::from_secs(30), "copy writes go through", async || {
         write_copy(&client, "cell-a", "after").await.is_ok()
     })
     .await;
     eprintln!("emergency off: copy writes accepted {:?} after the command began", started.elapsed());
     assert!(took < Duration::from_secs(10), "at once: {took:?}");
-    let left = ok(&cp, &["-n", "edgegate-system", "get", "deployments", "-o", "name"]);
+    let left = cp.kubectl_ok(&["-n", "edgegate-system", "get", "deployments", "-o", "name"]);
     assert_eq!(left.trim(), "deployment.apps/edgegate-webhook", "the pruner is gone, the webhook stays");
 }
 
@@ -89,7 +79,7 @@ async fn emergency_off_stops_the_policy_mode_too() {
     })
     .await;
     eprintln!("policy mode: refusing {refusal:?} after the apply");
-    ok(&cp, &["delete", EMERGENCY_KINDS, "-A", "-l", "edgegate.datumapis.com/enforces=true"]);
+    cp.kubectl_ok(&["delete", EMERGENCY_KINDS, "-A", "-l", "edgegate.datumapis.com/enforces=true"]);
     let took = eventually(Duration::from_secs(30), "copy writes go through", async || {
         write_copy(&client, "cell-p", "after").await.is_ok()
     })
@@ -111,24 +101,22 @@ async fn uninstall_keeps_the_crd_and_every_record() {
     namespace(&client, "cell-b", &[]).await;
     set_record(&client, "cell-b", &["fd20:0:99::1"]).await;
 
-    ok(
-        &cp,
-        &[
+    cp.kubectl_ok(&[
             "delete",
             "validatingwebhookconfigurations,mutatingwebhookconfigurations,validatingadmissionpolicybindings,validatingadmissionpolicies",
             "-l",
             "app.kubernetes.io/part-of=edgegate",
         ],
     );
-    ok(&cp, &["delete", "namespace", "edgegate-system", "--wait=false"]);
-    ok(
-        &cp,
-        &["delete", "clusterroles,clusterrolebindings,priorityclasses", "-l", "app.kubernetes.io/part-of=edgegate"],
-    );
+    cp.kubectl_ok(&["delete", "namespace", "edgegate-system", "--wait=false"]);
+    cp.kubectl_ok(&[
+        "delete",
+        "clusterroles,clusterrolebindings,priorityclasses",
+        "-l",
+        "app.kubernetes.io/part-of=edgegate",
+    ]);
 
-    let left = ok(
-        &cp,
-        &[
+    let left = cp.kubectl_ok(&[
             "get",
             "validatingwebhookconfigurations,mutatingwebhookconfigurations,validatingadmissionpolicybindings,validatingadmissionpolicies,clusterroles,clusterrolebindings,priorityclasses",
             "-l",
@@ -138,7 +126,7 @@ async fn uninstall_keeps_the_crd_and_every_record() {
         ],
     );
     assert!(left.trim().is_empty(), "left behind: {left}");
-    ok(&cp, &["get", "crd", "edgereachabilities.networking.datumapis.com"]);
+    cp.kubectl_ok(&["get", "crd", "edgereachabilities.networking.datumapis.com"]);
     let records: Api<edgegate::EdgeReachability> = Api::namespaced(client.clone(), "cell-b");
     assert_eq!(records.get("default").await.expect("the record stays").entries(), ["fd20:0:99::1"]);
     // Nothing refuses a copy any more.
@@ -172,16 +160,13 @@ async fn the_observe_step_refuses_nothing_before_the_webhook_serves() {
     }
     let (validating, mutating) = failed_open(&cp, "c-");
     assert_eq!((validating, mutating), (20, 20), "every create called both webhooks and ignored their failure");
-    let policies = ok(
-        &cp,
-        &[
-            "get",
-            "validatingwebhookconfiguration,mutatingwebhookconfiguration",
-            "edgegate",
-            "-o",
-            "jsonpath={.items[*].webhooks[0].failurePolicy}",
-        ],
-    );
+    let policies = cp.kubectl_ok(&[
+        "get",
+        "validatingwebhookconfiguration,mutatingwebhookconfiguration",
+        "edgegate",
+        "-o",
+        "jsonpath={.items[*].webhooks[0].failurePolicy}",
+    ]);
     assert_eq!(policies.split_whitespace().collect::<Vec<_>>(), ["Ignore", "Ignore"], "{policies}");
 }
 
@@ -511,15 +496,12 @@ async fn every_component_and_the_karmada_pair_apply_for_real() {
     for (kind, plural) in [("PodMonitor", "podmonitors"), ("PrometheusRule", "prometheusrules")] {
         stand_in_crd(&client, "monitoring.coreos.com", kind, plural).await;
     }
-    ok(
-        &cp,
-        &[
-            "wait",
-            "--for=condition=Established",
-            "crd/podmonitors.monitoring.coreos.com",
-            "crd/prometheusrules.monitoring.coreos.com",
-        ],
-    );
+    cp.kubectl_ok(&[
+        "wait",
+        "--for=condition=Established",
+        "crd/podmonitors.monitoring.coreos.com",
+        "crd/prometheusrules.monitoring.coreos.com",
+    ]);
     apply(
         &cp,
         "everything",
@@ -541,15 +523,15 @@ async fn every_component_and_the_karmada_pair_apply_for_real() {
         ("certificate", "edgegate-webhook"),
         ("priorityclass", "edgegate-webhook"),
     ] {
-        ok(&cp, &["-n", "edgegate-system", "get", kind, name]);
+        cp.kubectl_ok(&["-n", "edgegate-system", "get", kind, name]);
     }
-    ok(&cp, &["get", "mutatingwebhookconfiguration", "edgegate"]);
+    cp.kubectl_ok(&["get", "mutatingwebhookconfiguration", "edgegate"]);
     // The Karmada pair on one API server (hub objects and host workloads do not overlap), and a
     // without-crd install over it: the CRD stays, as the component promises.
     apply(&cp, "karmada-hub", &["overlays/karmada-hub/hub"], &[]);
     apply(&cp, "karmada-host", &["overlays/karmada-hub/host"], &[]);
     apply(&cp, "without-crd", &["base"], &["components/without-crd", "components/cert-manager", "components/images"]);
-    ok(&cp, &["get", "crd", "edgereachabilities.networking.datumapis.com"]);
+    cp.kubectl_ok(&["get", "crd", "edgereachabilities.networking.datumapis.com"]);
 }
 
 /// Service → named `targetPort` → `containerPort` → `--listen`, checked by Kubernetes rather than

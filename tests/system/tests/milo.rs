@@ -21,11 +21,6 @@ fn iam(kind: &str, plural: &str) -> kube::discovery::ApiResource {
     kube::discovery::ApiResource::from_gvk_with_plural(&gvk, plural)
 }
 
-async fn record(hub: &Client, hub_ns: &str) -> Option<Vec<String>> {
-    let api: Api<edgegate::EdgeReachability> = Api::namespaced(hub.clone(), hub_ns);
-    api.get_opt("default").await.expect("get record").map(|r| r.entries().to_vec())
-}
-
 /// Projects come and go in Milo: a Ready one is engaged and its records written; one not ready
 /// is left (no record) until it turns Ready; one whose requests Milo answers 500 goes unsynced
 /// alone, the others served; a deleted one, lingering while its resources drain (as Milo's do),

@@ -80,11 +80,6 @@ async fn producer_pod(hub_cp: &ControlPlane, render: &Render, replica: usize) ->
 }
 
 /// The hub record's addresses; `None` without a record.
-async fn record(hub: &Client, hub_ns: &str) -> Option<Vec<String>> {
-    let api: Api<edgegate::EdgeReachability> = Api::namespaced(hub.clone(), hub_ns);
-    api.get_opt("default").await.expect("get record").map(|r| r.entries().to_vec())
-}
-
 async fn project_namespace(client: &Client, name: &str) -> String {
     namespace(client, name, &[]).await;
     let api: Api<Namespace> = Api::all(client.clone());

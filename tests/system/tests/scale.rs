@@ -15,11 +15,6 @@ fn address(i: usize, j: usize) -> String {
     format!("fd20:{:x}:{:x}::{:x}", i / 1000 + 1, i % 1000 + 1, j + 1)
 }
 
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    let at = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[at.min(sorted.len() - 1)]
-}
-
 async fn wait_ready(url: &str, ca: Option<&Path>) -> Duration {
     eventually(Duration::from_secs(600), url, async || http_status(url, ca) == 200).await
 }

@@ -217,11 +217,6 @@ fn audited(
     assert!(audit.overlaps.is_empty(), "record writes outside their writer's fence: {:#?}", audit.overlaps);
 }
 
-async fn record(hub: &Client, hub_ns: &str) -> Option<Vec<String>> {
-    let api: Api<edgegate::EdgeReachability> = Api::namespaced(hub.clone(), hub_ns);
-    api.get_opt("default").await.expect("get record").map(|r| r.entries().to_vec())
-}
-
 /// Each bucket's fence holder, as the hub has it now.
 async fn fences(hub: &Client) -> BTreeMap<Bucket, Option<String>> {
     let leases: Api<Lease> = Api::namespaced(hub.clone(), "edgegate-system");

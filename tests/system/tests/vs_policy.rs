@@ -55,15 +55,6 @@ fn env_or(name: &str, default: usize) -> usize {
     std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
 }
 
-fn kubectl(cp: &ControlPlane, args: &[&str]) {
-    let out = Command::new("kubectl")
-        .arg(format!("--kubeconfig={}", cp.kubeconfig.display()))
-        .args(args)
-        .output()
-        .expect("kubectl");
-    assert!(out.status.success(), "kubectl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-}
-
 /// The `i`th address of every record: record n names the first n, so its last is `n - 1`.
 fn record_address(i: usize) -> String {
     format!("fd20:b:{:x}::{:x}", i / 1000 + 1, i % 1000 + 1)
@@ -254,10 +245,9 @@ async fn load(client: &Client, ns: &str, s: &EndpointSlice, n: usize) -> (Vec<Du
     (times, errors)
 }
 
-/// The `q` quantile of sorted round trips, in ms.
-fn quantile_ms(sorted: &[Duration], q: f64) -> f64 {
-    let i = ((sorted.len() as f64 * q) as usize).min(sorted.len().saturating_sub(1));
-    sorted.get(i).map_or(f64::NAN, |d| d.as_secs_f64() * 1000.0)
+/// The `q` quantile of round trips, in ms.
+fn quantile_ms(times: &[Duration], q: f64) -> f64 {
+    percentile(times, q).as_secs_f64() * 1000.0
 }
 
 /// TCP connections the API server opened to the webhook while a cell ran, from inside its
@@ -372,9 +362,9 @@ impl Bench {
 
     /// Take every mode out of force, and wait until none refuses any more.
     async fn clear(&self) {
-        kubectl(&self.cp, &["delete", "--ignore-not-found", "-f", &repo().join(VAP).display().to_string()]);
+        self.cp.kubectl_ok(&["delete", "--ignore-not-found", "-f", &repo().join(VAP).display().to_string()]);
         if let Some(policy) = &self.policy {
-            kubectl(&self.cp, &["delete", "--ignore-not-found", "-f", &policy.display().to_string()]);
+            self.cp.kubectl_ok(&["delete", "--ignore-not-found", "-f", &policy.display().to_string()]);
         }
         let vwcs: Api<ValidatingWebhookConfiguration> = Api::all(self.client.clone());
         let _ = vwcs.delete(&format!("edgegate-{SCOPE}"), &DeleteParams::default()).await;
@@ -386,11 +376,13 @@ impl Bench {
         self.clear().await;
         match mode {
             Mode::None => {}
-            Mode::Vap => kubectl(&self.cp, &["apply", "-f", &repo().join(VAP).display().to_string()]),
+            Mode::Vap => {
+                self.cp.kubectl_ok(&["apply", "-f", &repo().join(VAP).display().to_string()]);
+            }
             Mode::Webhook => register_webhook(&self.client, match_conditions).await,
             Mode::Policy => {
                 let policy = self.policy.as_ref().expect("the policy mode only with deploy/'s policy");
-                kubectl(&self.cp, &["apply", "-f", &policy.display().to_string()]);
+                self.cp.kubectl_ok(&["apply", "-f", &policy.display().to_string()]);
             }
         }
         self.until_probe(mode != Mode::None).await;

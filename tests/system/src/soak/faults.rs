@@ -13,7 +13,7 @@ use kube::Api;
 use kube::api::{Patch, PatchParams};
 
 use super::churn::{Churn, Rng};
-use super::world::{World, signal};
+use super::world::World;
 
 pub const KINDS: [&str; 9] = [
     "webhook-kill",
@@ -100,7 +100,7 @@ pub async fn inject(kind: &'static str, world: &mut World, churn: &tokio::sync::
             let leader = world.producer_leader().unwrap_or(0);
             let i = if kind == "producer-leader-kill" { leader } else { 1 - leader };
             if let Some(p) = world.producers[i].take() {
-                signal("KILL", crate::helpers::pid_of(&p.process));
+                crate::helpers::signal(crate::helpers::pid_of(&p.process), "KILL");
             }
             tokio::time::sleep(Duration::from_secs(2)).await;
             world.start_producer(i).await;
@@ -111,9 +111,9 @@ pub async fn inject(kind: &'static str, world: &mut World, churn: &tokio::sync::
             let i = world.producer_leader().unwrap_or(0);
             let pid = world.producers[i].as_ref().map(|p| crate::helpers::pid_of(&p.process));
             if let Some(pid) = pid {
-                signal("STOP", pid);
+                crate::helpers::signal(pid, "STOP");
                 tokio::time::sleep(Duration::from_secs(8)).await;
-                signal("CONT", pid);
+                crate::helpers::signal(pid, "CONT");
             }
         }
         "hub-restart" => {
@@ -131,15 +131,15 @@ pub async fn inject(kind: &'static str, world: &mut World, churn: &tokio::sync::
             // The producer's watches of the project stall (or fail, past its read timeout): it must keep
             // every record as it is.
             let pid = world.project_cp.pid("kube-apiserver");
-            signal("STOP", pid);
+            crate::helpers::signal(pid, "STOP");
             tokio::time::sleep(Duration::from_secs(20)).await;
-            signal("CONT", pid);
+            crate::helpers::signal(pid, "CONT");
         }
         "webhook-unreachable" => {
             let pids: Vec<u32> = world.webhooks.iter().flatten().map(|r| r.pid()).collect();
-            pids.iter().for_each(|p| signal("STOP", *p));
+            pids.iter().for_each(|p| crate::helpers::signal(*p, "STOP"));
             tokio::time::sleep(Duration::from_secs(6)).await;
-            pids.iter().for_each(|p| signal("CONT", *p));
+            pids.iter().for_each(|p| crate::helpers::signal(*p, "CONT"));
         }
         "burst" => churn.lock().await.burst(Duration::from_secs(8)).await,
         "record-hand-edit" => hand_edit(world).await,

@@ -102,7 +102,7 @@ impl World {
     /// container gone; returns once the EndpointSlice controller has marked its endpoint so.
     pub async fn kill_webhook(&mut self, i: usize) {
         if let Some(pod) = self.webhooks[i].take() {
-            signal("KILL", pod.pid());
+            crate::helpers::signal(pod.pid(), "KILL");
             self.killed[i] = Some(pod);
             let address = &self.netns[i].address;
             // Seconds as a rule; longer right after a hub restart, while kube-controller-manager's
@@ -158,10 +158,6 @@ impl World {
         }
         text
     }
-}
-
-pub fn signal(signal: &str, pid: u32) {
-    let _ = std::process::Command::new("kill").arg(format!("-{signal}")).arg(pid.to_string()).status();
 }
 
 /// The render's ValidatingWebhookConfiguration (enforcing, the render's CA) and Service,
