@@ -62,7 +62,19 @@ pub struct Audit {
     pub deletes: usize,
     /// Fence changes seen.
     pub fence_changes: usize,
+    /// Member Lease writes: how many, by how many members, over how long (first to last).
+    pub member_writes: usize,
+    pub members: usize,
+    pub member_span: std::time::Duration,
     pub overlaps: Vec<Overlap>,
+}
+
+impl Audit {
+    /// Member Lease writes a second, per member: a renewal every quarter of the duration, plus a
+    /// write when its ready buckets or its leaving change.
+    pub fn member_writes_per_second(&self) -> f64 {
+        self.member_writes as f64 / self.member_span.as_secs_f64().max(1.0) / self.members.max(1) as f64
+    }
 }
 
 /// Audit the JSON lines of `log`; `project_of` names each hub namespace's project, `deleted` the
@@ -72,6 +84,7 @@ pub fn audit(log: &str, project_of: &BTreeMap<String, String>, deleted: &Deletio
     let mut single: Vec<(u64, Option<String>)> = Vec::new();
     // Each writer's own deadlines: the revision of each renewal, and until when it holds.
     let mut deadlines: BTreeMap<String, Vec<(u64, jiff::Timestamp)>> = BTreeMap::new();
+    let mut member_writes: Vec<(String, jiff::Timestamp)> = Vec::new();
     let mut writes = Vec::new();
     for event in log.lines().filter_map(|l| serde_json::from_str::<Value>(l).ok()) {
         let code = event["responseStatus"]["code"].as_u64().unwrap_or(0);
@@ -109,6 +122,9 @@ pub fn audit(log: &str, project_of: &BTreeMap<String, String>, deleted: &Deletio
                     Some(writer) if writer.strip_prefix(h.as_str()).is_some_and(|uid| uid.starts_with('/')) => writer,
                     _ => h,
                 });
+                if let (true, Some(time)) = (name.starts_with(MEMBER_PREFIX), received(&event)) {
+                    member_writes.push((name.to_owned(), time));
+                }
                 let renewed = holder.as_ref().filter(|h| Some(*h) == pod(&event).as_ref()).zip(received(&event));
                 let seconds = event["responseObject"]["spec"]["leaseDurationSeconds"].as_i64().unwrap_or(0);
                 if let Some((writer, time)) = renewed
@@ -134,7 +150,19 @@ pub fn audit(log: &str, project_of: &BTreeMap<String, String>, deleted: &Deletio
     fences.values_mut().for_each(|f| f.sort_unstable());
     single.sort_unstable();
     deadlines.values_mut().for_each(|d| d.sort_unstable());
-    let mut audit = Audit { fence_changes: fences.values().map(Vec::len).sum(), ..Audit::default() };
+    let times = || member_writes.iter().map(|(_, t)| *t);
+    let member_span = match (times().min(), times().max()) {
+        (Some(first), Some(last)) => last.duration_since(first).unsigned_abs(),
+        _ => std::time::Duration::ZERO,
+    };
+    let members = member_writes.iter().map(|(n, _)| n).collect::<std::collections::BTreeSet<_>>().len();
+    let mut audit = Audit {
+        fence_changes: fences.values().map(Vec::len).sum(),
+        member_writes: member_writes.len(),
+        members,
+        member_span,
+        ..Audit::default()
+    };
     for (revision, time, verb, writer, namespace) in writes {
         let Some(project) = project_of.get(&namespace) else { continue };
         let bucket = shard::bucket(project);

@@ -172,9 +172,13 @@ async fn pruner_deletes_only_unserved_copies_and_only_one_replica_deletes() {
     assert_eq!(deleted.iter().sum::<u64>(), 1, "exactly one deletion: {deleted:?}");
     assert!(deleted.contains(&0), "only one replica deletes: {deleted:?}");
 
-    // Deleting the record deletes nothing.
+    // Deleting the record deletes nothing: asserted after the pass the deletion brings (the state
+    // that would delete, the grace being zero).
+    let passes =
+        || pruners.iter().map(|p| counter(&metrics(p), "edgegate_prune_pass_duration_seconds_count")).sum::<u64>();
+    let before = passes();
     delete_record(&client, "pr-a").await;
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    eventually(Duration::from_secs(10), "a pass after the record's deletion", async || passes() > before).await;
     assert!(exists(&client, "pr-a", "served").await && exists(&client, "pr-a", "empty").await);
 
     // Convergence: record update → copy gone, over 20 changes.

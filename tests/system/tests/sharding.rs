@@ -212,6 +212,17 @@ fn audited(
         audit.fence_changes,
         audit.overlaps.len()
     );
+    // docs/sharding.md's Lease writes: a renewal every 4 s (a quarter of the duration) for each
+    // member, and a write more per member while buckets move.
+    let rate = audit.member_writes_per_second();
+    eprintln!(
+        "sharding: member Lease writes: {} by {} members over {:.0?}: {rate:.3}/s a member ({:.2}/s in all)",
+        audit.member_writes,
+        audit.members,
+        audit.member_span,
+        rate * audit.members as f64
+    );
+    assert!(rate <= 0.4, "{rate:.3} member Lease writes a second per member, over 0.4 (a renewal every 4 s: 0.25)");
     assert!(audit.writes >= writes, "the auditor saw {} record writes", audit.writes);
     assert!(audit.deletes >= deletes, "the auditor saw {} copy DELETEs", audit.deletes);
     assert!(audit.overlaps.is_empty(), "record writes outside their writer's fence: {:#?}", audit.overlaps);
@@ -280,8 +291,25 @@ async fn replicas_share_the_buckets_and_take_over_a_killed_one() {
     // wall clocks, so nothing changes (the Leases' times it writes are 10 minutes off).
     let both = [Rewrite::ListenAddress, Rewrite::MountPath, Rewrite::WallClock(600)];
     pods.push(run(&hub_cp, &render, "edgegate-producer", 2, &both).await);
-    // Past the 5 s they settle before taking anything, and a few looks more.
-    tokio::time::sleep(Duration::from_secs(9)).await;
+    // The state that would take buckets: each replica a member, renewing, for longer than the
+    // 5 s they settle before taking anything (by its own clock: its Lease's acquire and renew
+    // times); then a few looks more.
+    let leases: Api<Lease> = Api::namespaced(hub.clone(), "edgegate-system");
+    eventually(Duration::from_secs(60), "the three replicas members past their settle", async || {
+        for pod in &pods {
+            let Ok(Some(lease)) = leases.get_opt(&format!("edgegate-producer-member-{}", pod.name)).await else {
+                return false;
+            };
+            let spec = lease.spec.unwrap_or_default();
+            let (Some(acquired), Some(renewed)) = (spec.acquire_time, spec.renew_time) else { return false };
+            if renewed.0.as_second() - acquired.0.as_second() < 6 {
+                return false;
+            }
+        }
+        true
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
     let taken = fences(&hub).await.values().filter(|h| h.is_some()).count();
     assert_eq!(taken, 0, "shared replicas took {taken} buckets while the one writer led");
     let handed = Instant::now();
@@ -289,7 +317,6 @@ async fn replicas_share_the_buckets_and_take_over_a_killed_one() {
     let three: Vec<&RunningPod> = pods.iter().collect();
     until_ranked(&hub, &three).await;
     // The replica whose clock is ahead writes its Lease's times 10 minutes ahead: it does run so.
-    let leases: Api<Lease> = Api::namespaced(hub.clone(), "edgegate-system");
     let ahead = leases.get(&format!("edgegate-producer-member-{}", pods[2].name)).await.expect("its member Lease");
     let renewed = ahead.spec.and_then(|s| s.renew_time).expect("renewTime").0;
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("clock").as_secs();
@@ -503,6 +530,16 @@ async fn replicas_share_the_buckets_and_take_over_a_killed_one() {
     let copies: Api<EndpointSlice> = Api::namespaced(hub.clone(), last_ns);
     assert!(copies.get_opt("unserved-at-the-end").await.expect("get").is_some(), "a copy deleted after the signal");
     assert!(stopped <= Duration::from_secs(5), "the replicas took {stopped:?} to stop");
+    // It was a copy to delete: a replica started again deletes it, so its staying above was the
+    // stop's doing.
+    drop(pods);
+    let back = replica(&hub_cp, &render, 0).await;
+    let took = eventually(Duration::from_secs(60), "the copy deleted by a replica started again", async || {
+        copies.get_opt("unserved-at-the-end").await.expect("get").is_none()
+    })
+    .await;
+    eprintln!("sharding: a replica started again deleted the copy kept through the stop {took:?} after its start");
+    drop(back);
 }
 
 /// A replica paused (SIGSTOP) for 40 s: the others take its buckets once its member Lease has
