@@ -61,6 +61,9 @@ enum Mutant {
     UnreadableAsEmpty,
     /// Writes and deletions without the fence and the replica's own deadline.
     FenceIgnored,
+    /// Writes and deletions by a holder without its own deadline (a replica woken from a pause
+    /// finishing what it was doing).
+    DeadlineIgnored,
     /// A due copy deleted without asking the evidence (no doubt).
     DoubtIgnored,
     /// A bucket whose holder is gone is never taken over.
@@ -120,6 +123,9 @@ struct Replica {
     fail_next: bool,
     /// Steps done this tick, of [`ORDER`].
     done: u8,
+    /// Woken from a pause in the middle of a tick's steps: it finishes them first, with what it
+    /// knew before the pause.
+    stale: bool,
 }
 
 const LEASE: u8 = 1;
@@ -248,6 +254,7 @@ impl World {
             failing: [false, false],
             fail_next: false,
             done: 0,
+            stale: false,
         }
     }
 
@@ -298,6 +305,11 @@ impl World {
         let sighting = s.replicas[r].sightings.look(&format!("lease/{r}"), &version, t);
         let mine = own.version == 0 || own.instance == s.replicas[r].instance;
         if mine || Liveness::of(&sighting, false, Duration::from_secs(DURATION)) == Liveness::Gone {
+            // A renewal after its deadline passed begins a new tenure: what it held is held no
+            // more (its fences, if they still name it, are taken again).
+            if !self.live(s, r) {
+                s.replicas[r].held.clear();
+            }
             let version = s.leases[r].version + 1;
             s.leases[r] =
                 Lease { version, at: s.now, instance: s.replicas[r].instance, ready: s.replicas[r].ready.clone() };
@@ -400,7 +412,8 @@ impl World {
                 Write::Oversized(_) => continue,
             };
             let holds = rep.held.contains(&p);
-            let may = self.mutant == Mutant::FenceIgnored || (holds && self.live(s, r));
+            let on_time = self.mutant == Mutant::DeadlineIgnored || self.live(s, r);
+            let may = self.mutant == Mutant::FenceIgnored || (holds && on_time);
             let rep = &mut s.replicas[r];
             if !may {
                 rep.unwritten.observe(&ns, &serves, t);
@@ -410,6 +423,12 @@ impl World {
                 rep.fail_next = false;
                 rep.failing[p] = true;
                 rep.unwritten.observe(&ns, &serves, t);
+                continue;
+            }
+            // Written with the version it was based on: a record changed since refuses it (the
+            // watch brings the change, and the next pass writes what serves).
+            if s.records[p].as_ref().map(|(_, v)| *v) != read.as_ref().map(|(_, v)| *v) {
+                s.replicas[r].unwritten.observe(&ns, &serves, t);
                 continue;
             }
             if self.fence_broken(s, r, p) {
@@ -478,7 +497,7 @@ impl World {
             let live = self.live(s, r);
             // Read again right before the DELETE: the hub's copy and record now.
             let facts = Facts {
-                may_delete: self.mutant == Mutant::FenceIgnored || live,
+                may_delete: matches!(self.mutant, Mutant::FenceIgnored | Mutant::DeadlineIgnored) || live,
                 due: true,
                 present: s.copies[p],
                 unnamed: unnamed_in(&s.records[p], s.copies[p]),
@@ -527,7 +546,8 @@ impl World {
         let rep = &s.replicas[r];
         let next = ORDER.into_iter().find(|step| rep.done & step == 0)?;
         let other = &s.replicas[1 - r];
-        if rep.paused || !(r == s.first || next == LEASE || other.paused || other.done == ALL) {
+        let woken = rep.done != 0 && rep.stale;
+        if rep.paused || !(r == s.first || next == LEASE || woken || other.paused || other.done == ALL) {
             return None;
         }
         Some(match next {
@@ -624,9 +644,10 @@ impl Model for World {
         match action {
             Action::Tick => {
                 s.now += 1;
+                s.replicas.iter_mut().for_each(|r| r.stale = false);
                 // The replicas take turns stepping first (each start has both).
                 s.first = 1 - s.first;
-                for rep in &mut s.replicas {
+                for rep in s.replicas.iter_mut().filter(|r| !r.paused) {
                     rep.done = 0;
                     if rep.slowing {
                         rep.slowing = false;
@@ -689,6 +710,7 @@ impl Model for World {
             }
             Action::Resume(r) => {
                 s.replicas[r].paused = false;
+                s.replicas[r].stale = s.replicas[r].done != 0;
                 s.quiet_since = s.now;
             }
             Action::Slow(r) => {
@@ -784,6 +806,7 @@ fn each_property_fails_under_the_rule_it_guards() {
     for (mutant, property) in [
         (Mutant::DoubtIgnored, SERVED),
         (Mutant::FenceIgnored, FENCED),
+        (Mutant::DeadlineIgnored, FENCED),
         (Mutant::UnreadableAsEmpty, UNREADABLE),
         (Mutant::ExactStrings, ADMITS),
         (Mutant::NoTakeover, COLLECTS),

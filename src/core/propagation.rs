@@ -322,7 +322,8 @@ fn findings(policies: &[Capture], unpropagated: usize, fleet: Option<&PolicyRef>
         }
         return findings;
     };
-    if !policies.iter().any(|c| c.policy == fleet) {
+    // With no copy at all there is nothing to say of it.
+    if unpropagated + policies.len() > 0 && !policies.iter().any(|c| c.policy == fleet) {
         findings.push(format!("{fleet} selects, holds and would take no copy: does it exist, and select the copies?"));
     }
     for other in policies.iter().filter(|c| c.policy != fleet && c.holds + c.would_take > 0) {
@@ -547,10 +548,11 @@ mod tests {
         assert!(report.findings.is_empty(), "{:?}", report.findings);
         assert_eq!(report.policies[0].would_take, 2);
 
-        // Named but absent, and copies nobody takes.
+        // Named but absent, and copies nobody takes; no copies at all: nothing to say.
         let report = propagation(&[], &[&a], Some(&fleet_ref));
         assert_eq!(report.unpropagated, 1);
         assert_eq!(report.findings.len(), 2, "{:?}", report.findings);
+        assert!(propagation(&policies, &[], Some(&fleet_ref)).findings.is_empty());
 
         // Unnamed: two policies selecting copies are a finding (even when one takes them all), one
         // policy is not.

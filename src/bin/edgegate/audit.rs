@@ -160,7 +160,14 @@ async fn karmada_policies(client: &kube::Client, args: &AuditArgs) -> anyhow::Re
                 o.types = Some(kube::api::TypeMeta { api_version: resource.api_version.clone(), kind: kind.into() });
                 serde_json::to_value(o).unwrap_or_default()
             })),
+            // Not served (404: not a Karmada hub), or not readable by this user (403, which a
+            // plain hub also answers to a non-admin): the check is skipped, unless a fleet-wide
+            // policy was named.
             Err(kube::Error::Api(e)) if e.code == 404 && args.fleet_policy.is_none() => return Ok(None),
+            Err(kube::Error::Api(e)) if e.code == 403 && args.fleet_policy.is_none() => {
+                eprintln!("note: {kind}s not readable here ({}); the propagation check is skipped", e.message);
+                return Ok(None);
+            }
             Err(e) => return Err(e).with_context(|| format!("listing {plural}.policy.karmada.io")),
         }
     }
@@ -187,6 +194,10 @@ fn offline(records: &Path, slices: &Path, args: &AuditArgs) -> anyhow::Result<Re
                 .collect::<anyhow::Result<Vec<Slice>>>()?,
         );
     }
+    anyhow::ensure!(
+        args.fleet_policy.is_none() || args.policies.is_some(),
+        "--fleet-policy needs --policies offline (the (Cluster)PropagationPolicies to check)"
+    );
     let policies = match &args.policies {
         Some(path) => {
             let mut objects = Vec::new();

@@ -62,19 +62,13 @@ pub struct Audit {
     pub deletes: usize,
     /// Fence changes seen.
     pub fence_changes: usize,
-    /// Member Lease writes: how many, by how many members, over how long (first to last).
+    /// Member Lease writes, by how many members, and the most a second by one member over its
+    /// own first to last write (a renewal every quarter of the duration, plus a write when its
+    /// ready buckets or its leaving change).
     pub member_writes: usize,
     pub members: usize,
-    pub member_span: std::time::Duration,
+    pub busiest_member: f64,
     pub overlaps: Vec<Overlap>,
-}
-
-impl Audit {
-    /// Member Lease writes a second, per member: a renewal every quarter of the duration, plus a
-    /// write when its ready buckets or its leaving change.
-    pub fn member_writes_per_second(&self) -> f64 {
-        self.member_writes as f64 / self.member_span.as_secs_f64().max(1.0) / self.members.max(1) as f64
-    }
 }
 
 /// Audit the JSON lines of `log`; `project_of` names each hub namespace's project, `deleted` the
@@ -82,9 +76,9 @@ impl Audit {
 pub fn audit(log: &str, project_of: &BTreeMap<String, String>, deleted: &Deletions) -> Audit {
     let mut fences: BTreeMap<Bucket, Vec<(u64, Option<String>)>> = BTreeMap::new();
     let mut single: Vec<(u64, Option<String>)> = Vec::new();
-    // Each writer's own deadlines: the revision of each renewal, and until when it holds.
-    let mut deadlines: BTreeMap<String, Vec<(u64, jiff::Timestamp)>> = BTreeMap::new();
-    let mut member_writes: Vec<(String, jiff::Timestamp)> = Vec::new();
+    // Each writer's own deadlines: when each renewal was received, and until when it holds.
+    let mut deadlines: BTreeMap<String, Vec<(jiff::Timestamp, jiff::Timestamp)>> = BTreeMap::new();
+    let mut member_writes: BTreeMap<String, Vec<jiff::Timestamp>> = BTreeMap::new();
     let mut writes = Vec::new();
     for event in log.lines().filter_map(|l| serde_json::from_str::<Value>(l).ok()) {
         let code = event["responseStatus"]["code"].as_u64().unwrap_or(0);
@@ -123,7 +117,7 @@ pub fn audit(log: &str, project_of: &BTreeMap<String, String>, deleted: &Deletio
                     _ => h,
                 });
                 if let (true, Some(time)) = (name.starts_with(MEMBER_PREFIX), received(&event)) {
-                    member_writes.push((name.to_owned(), time));
+                    member_writes.entry(name.to_owned()).or_default().push(time);
                 }
                 let renewed = holder.as_ref().filter(|h| Some(*h) == pod(&event).as_ref()).zip(received(&event));
                 let seconds = event["responseObject"]["spec"]["leaseDurationSeconds"].as_i64().unwrap_or(0);
@@ -131,7 +125,7 @@ pub fn audit(log: &str, project_of: &BTreeMap<String, String>, deleted: &Deletio
                     && (name == SINGLE_LEASE || name.starts_with(MEMBER_PREFIX))
                 {
                     let until = time.checked_add(jiff::SignedDuration::from_secs(seconds)).unwrap_or(time);
-                    deadlines.entry(writer.clone()).or_default().push((revision, until));
+                    deadlines.entry(writer.clone()).or_default().push((time, until));
                 }
                 if name == SINGLE_LEASE {
                     single.push((revision, holder));
@@ -150,19 +144,17 @@ pub fn audit(log: &str, project_of: &BTreeMap<String, String>, deleted: &Deletio
     fences.values_mut().for_each(|f| f.sort_unstable());
     single.sort_unstable();
     deadlines.values_mut().for_each(|d| d.sort_unstable());
-    let times = || member_writes.iter().map(|(_, t)| *t);
-    let member_span = match (times().min(), times().max()) {
-        (Some(first), Some(last)) => last.duration_since(first).unsigned_abs(),
-        _ => std::time::Duration::ZERO,
-    };
-    let members = member_writes.iter().map(|(n, _)| n).collect::<std::collections::BTreeSet<_>>().len();
-    let mut audit = Audit {
-        fence_changes: fences.values().map(Vec::len).sum(),
-        member_writes: member_writes.len(),
-        members,
-        member_span,
-        ..Audit::default()
-    };
+    let mut audit = Audit { fence_changes: fences.values().map(Vec::len).sum(), ..Audit::default() };
+    for times in member_writes.values() {
+        let span = match (times.iter().min(), times.iter().max()) {
+            (Some(first), Some(last)) => last.duration_since(*first).unsigned_abs(),
+            _ => std::time::Duration::ZERO,
+        };
+        let rate = times.len().saturating_sub(1) as f64 / span.as_secs_f64().max(1.0);
+        audit.member_writes += times.len();
+        audit.busiest_member = audit.busiest_member.max(rate);
+    }
+    audit.members = member_writes.len();
     for (revision, time, verb, writer, namespace) in writes {
         let Some(project) = project_of.get(&namespace) else { continue };
         let bucket = shard::bucket(project);
@@ -176,7 +168,8 @@ pub fn audit(log: &str, project_of: &BTreeMap<String, String>, deleted: &Deletio
         let holders = [&holder, &single];
         let own = holders.iter().any(|h| h.as_deref() == Some(writer.as_str()));
         let other = holders.iter().any(|h| h.as_deref().is_some_and(|h| h != writer));
-        let deadline = deadlines.get(&writer).and_then(|d| d.iter().take_while(|(r, _)| *r < revision).last());
+        // The writer's last renewal received before the write was.
+        let deadline = deadlines.get(&writer).and_then(|d| d.iter().take_while(|(at, _)| *at <= time).last());
         let late = deadline.is_none_or(|(_, until)| time >= *until);
         if !own || other || late {
             let verb = verb.to_owned();
