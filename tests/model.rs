@@ -10,9 +10,10 @@
 //!
 //! Time is logical: a tick is a second, each replica's clock an instant of its own (a base plus
 //! its ticks; a slow clock misses one). In every tick each running replica renews and looks at
-//! the Leases, produces, and prunes, in that order; which replica goes first, and when each one's
-//! watch events and write answers arrive within the tick, are the checker's choice, and so are
-//! the faults, at any step, up to a budget.
+//! the Leases, produces, receives its watch events and write answers, and prunes, in that order;
+//! the replicas take turns going first, and where the other's renewal and look falls among the
+//! first one's steps is the checker's choice, and so are the faults (at the start of a tick; a
+//! pause and a hand edit at any step), up to a budget.
 //!
 //! Not modelled (the I/O edges): the API calls themselves (a write here is accepted or refused in
 //! one step), watch restarts and relists, more than one copy per project, the release of a Lease
