@@ -62,12 +62,14 @@ pub struct Audit {
     pub deletes: usize,
     /// Fence changes seen.
     pub fence_changes: usize,
-    /// Member Lease writes, by how many members, and the most a second by one member over its
-    /// own first to last write (a renewal every quarter of the duration, plus a write when its
-    /// ready buckets or its leaving change).
+    /// Member Lease renewals (writes that change only the renewal), by how many members, and the
+    /// most a second by one member over its own first to last (a renewal every quarter of the
+    /// duration); and the writes that changed what a member says (its ready buckets, its
+    /// leaving), which come only while buckets move.
     pub member_writes: usize,
     pub members: usize,
     pub busiest_member: f64,
+    pub member_changes: usize,
     pub overlaps: Vec<Overlap>,
 }
 
@@ -78,7 +80,10 @@ pub fn audit(log: &str, project_of: &BTreeMap<String, String>, deleted: &Deletio
     let mut single: Vec<(u64, Option<String>)> = Vec::new();
     // Each writer's own deadlines: when each renewal was received, and until when it holds.
     let mut deadlines: BTreeMap<String, Vec<(jiff::Timestamp, jiff::Timestamp)>> = BTreeMap::new();
-    let mut member_writes: BTreeMap<String, Vec<jiff::Timestamp>> = BTreeMap::new();
+    // Each member Lease's renewals (its annotations as at its last write: its ready buckets, its
+    // leaving), and how many writes changed what it says.
+    let mut member_writes: BTreeMap<String, (String, Vec<jiff::Timestamp>)> = BTreeMap::new();
+    let mut member_changes = 0;
     let mut writes = Vec::new();
     for event in log.lines().filter_map(|l| serde_json::from_str::<Value>(l).ok()) {
         let code = event["responseStatus"]["code"].as_u64().unwrap_or(0);
@@ -117,7 +122,14 @@ pub fn audit(log: &str, project_of: &BTreeMap<String, String>, deleted: &Deletio
                     _ => h,
                 });
                 if let (true, Some(time)) = (name.starts_with(MEMBER_PREFIX), received(&event)) {
-                    member_writes.entry(name.to_owned()).or_default().push(time);
+                    let says = event["responseObject"]["metadata"]["annotations"].to_string();
+                    let (said, renewals) = member_writes.entry(name.to_owned()).or_default();
+                    if renewals.is_empty() || *said == says {
+                        renewals.push(time);
+                    } else {
+                        member_changes += 1;
+                    }
+                    *said = says;
                 }
                 let renewed = holder.as_ref().filter(|h| Some(*h) == pod(&event).as_ref()).zip(received(&event));
                 let seconds = event["responseObject"]["spec"]["leaseDurationSeconds"].as_i64().unwrap_or(0);
@@ -145,7 +157,8 @@ pub fn audit(log: &str, project_of: &BTreeMap<String, String>, deleted: &Deletio
     single.sort_unstable();
     deadlines.values_mut().for_each(|d| d.sort_unstable());
     let mut audit = Audit { fence_changes: fences.values().map(Vec::len).sum(), ..Audit::default() };
-    for times in member_writes.values() {
+    audit.member_changes = member_changes;
+    for (_, times) in member_writes.values() {
         let span = match (times.iter().min(), times.iter().max()) {
             (Some(first), Some(last)) => last.duration_since(*first).unsigned_abs(),
             _ => std::time::Duration::ZERO,
