@@ -24,8 +24,8 @@
 #
 # --bin-dir: the four binaries already built (default: `cargo build --release --locked -p edgegate
 # -p edgegate-webhook -p edgegate-pruner -p edgegate-producer` first, into target/release: the four
-# packages alone, so tests/system's `test-only-break-the-fence` feature never reaches them; the
-# release fails if the producer lists or accepts that flag). The tests package debug binaries this way
+# packages alone, so tests/system's `test-only-*` features never reach them; the
+# release fails if the producer lists or accepts such a flag). The tests package debug binaries this way
 # (tests/system/tests/release.rs, with --skip-min-version): the same code, smaller figures.
 # Reproducible, as scripts/image.sh is: SOURCE_DATE_EPOCH (default 0) dates the archives' files.
 #
@@ -81,18 +81,20 @@ for b in "${binaries[@]}"; do
   said=$("$bin_dir/$b" --version)
   [[ $said == *" $version"* ]] || { echo "release.sh: $b --version says '$said', not $version" >&2; exit 1; }
 done
-# The switch that turns every fence off exists only behind a cargo feature the tests enable: a
-# producer built for release neither lists it nor accepts it. (--bin-dir is how the tests package
-# their own debug build, which has it: said, not refused.)
+# The switches that turn every fence off and skip the grace exist only behind cargo features the
+# tests enable: a producer built for release neither lists them nor accepts them. (--bin-dir is
+# how the tests package their own debug build, which has them: said, not refused.)
 fence_help=$("$bin_dir/edgegate-producer" --help 2>&1 || true)
-fence_said=$("$bin_dir/edgegate-producer" --shard --test-only-break-the-fence --version 2>&1 || true)
-if [[ $fence_help == *test-only* || $fence_said != *"unexpected argument '--test-only-break-the-fence'"* ]]; then
-  if [[ $test_build == 0 ]]; then
-    echo "release.sh: edgegate-producer lists or accepts --test-only-break-the-fence: built with a test feature, not a release" >&2
-    exit 1
+for flag in --test-only-break-the-fence --test-only-skip-the-grace; do
+  fence_said=$("$bin_dir/edgegate-producer" --shard --prune "$flag" --version 2>&1 || true)
+  if [[ $fence_help == *test-only* || $fence_said != *"unexpected argument '$flag'"* ]]; then
+    if [[ $test_build == 0 ]]; then
+      echo "release.sh: edgegate-producer lists or accepts $flag: built with a test feature, not a release" >&2
+      exit 1
+    fi
+    echo "release.sh: warning: $bin_dir/edgegate-producer has $flag (a test build): not for release" >&2
   fi
-  echo "release.sh: warning: $bin_dir/edgegate-producer has --test-only-break-the-fence (a test build): not for release" >&2
-fi
+done
 
 mkdir -p "$out"
 out=$(cd "$out" && pwd)

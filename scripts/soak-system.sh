@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # The whole system under churn and faults, checked at every moment (tests/system/src/soak): two
-# kube-apiservers (a project and the hub) with kube-controller-manager, two producer replicas
-# sharing a Lease (the holder writes records and deletes copies), two webhook replicas behind
-# their Service, a cell stand-in writing a copy per
-# pod, seeded churn on the project, and the faults in a seeded order, each kind once per cycle,
-# until the duration is over. Prints the report (lines starting "soak:"); fails on any
-# invariant violation, panic or binary not ready again within 60 s of a fault.
+# kube-apiservers (the hub, and a project API server behind the Milo stand-in serving seven
+# projects) with kube-controller-manager, three producer replicas sharing the projects' buckets
+# (components/producer-sharded: each writes records and deletes copies for its own), two webhook
+# replicas behind their Service, a cell stand-in writing a copy per pod, seeded churn on the
+# projects, and the faults in a seeded order, each kind once per cycle, until the duration is
+# over. Prints the report (lines starting "soak:"); fails on any invariant violation, panic,
+# fault that did not happen, or binary not ready again within 60 s of a fault.
 #
 #   scripts/soak-system.sh [--seed N] [--duration SECONDS] [--rate CHANGES_PER_SECOND] [--namespaces N]
 #

@@ -109,6 +109,14 @@ pub struct Args {
     #[arg(long, requires = "shard")]
     pub test_only_break_the_fence: bool,
 
+    /// For the soak's own test only (tests/system/tests/soak.rs): prune with no grace at all, so a
+    /// copy goes `--withdraw-after` after its address stopped serving, too early: the soak's
+    /// checker must say so. Compiled in only with the cargo feature `test-only-skip-the-grace`,
+    /// which no release build enables.
+    #[cfg(feature = "test-only-skip-the-grace")]
+    #[arg(long, requires = "prune")]
+    pub test_only_skip_the_grace: bool,
+
     /// Hub namespaces written at once: each by one worker at a time, so one slow write holds up
     /// its own namespace only.
     #[arg(long, env = "EDGEGATE_WORKERS", default_value_t = 8, value_parser = clap::value_parser!(u16).range(1..=256))]
@@ -133,5 +141,15 @@ impl Args {
         return self.test_only_break_the_fence;
         #[cfg(not(feature = "test-only-break-the-fence"))]
         false
+    }
+
+    /// The grace pruning waits: `--grace`, or none when skipped on purpose
+    /// (`--test-only-skip-the-grace`). Never skipped in a release build.
+    pub fn grace(&self) -> std::time::Duration {
+        #[cfg(feature = "test-only-skip-the-grace")]
+        if self.test_only_skip_the_grace {
+            return std::time::Duration::ZERO;
+        }
+        self.deletion.grace
     }
 }

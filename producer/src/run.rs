@@ -26,7 +26,9 @@ use crate::projects::Projects;
 use crate::watches::start_hub_watches;
 use edgegate::runtime::prune::parts::{Parts, Records};
 
-pub async fn run(args: Args) -> anyhow::Result<()> {
+pub async fn run(mut args: Args) -> anyhow::Result<()> {
+    // Everything below reads the grace from here: none when skipped on purpose (a test build).
+    args.deletion.grace = args.grace();
     // Marked by the watch handlers (through `forward`), which never wait: a set of what changed,
     // as large as the distinct changes however many events arrive.
     let triggers = Dirty::default();

@@ -376,9 +376,11 @@ impl ControlPlane {
         let mut rules = String::new();
         if audited {
             // The records' and Leases' writes with their answers too: the resourceVersion each
-            // write made orders it against the fences' (crate::fence_audit).
+            // write made orders it against the fences' (crate::fence_audit). A copy's DELETE with
+            // its options: the uid its preconditions name tells which copy of a name it was.
             rules.push_str(
                 "- level: RequestResponse\n  verbs: [create, update, patch, delete]\n  resources: [{group: networking.datumapis.com}, {group: coordination.k8s.io, resources: [leases]}]\n\
+                 - level: Request\n  verbs: [delete]\n  resources: [{group: discovery.k8s.io, resources: [endpointslices]}]\n\
                  - level: Metadata\n  verbs: [create, update, patch, delete, deletecollection]\n",
             );
         }

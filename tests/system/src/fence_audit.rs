@@ -13,7 +13,8 @@
 //!
 //! Copy DELETEs are checked the same way: a DELETE's answer carries no resourceVersion, so the
 //! revision each one made is taken from a watch of the copies (its DELETED event's), which the
-//! test keeps ([`Deletions`]).
+//! test keeps ([`Deletions`]), by the uid the DELETE's preconditions name (a name is deleted and
+//! made again many times; a uid once).
 //!
 //! Writers are told apart by their Pod-bound ServiceAccount tokens: the API server puts the Pod's
 //! name and uid in the user's extra (`authentication.kubernetes.io/pod-name`, `…/pod-uid`). A
@@ -32,9 +33,8 @@ const FENCE_PREFIX: &str = "edgegate-producer-bucket-";
 const MEMBER_PREFIX: &str = "edgegate-producer-member-";
 const SINGLE_LEASE: &str = "edgegate-producer";
 
-/// Each copy deleted, by namespace and name, with the revision its deletion made (from a watch's
-/// DELETED event).
-pub type Deletions = BTreeMap<(String, String), u64>;
+/// Each copy deleted, by uid, with the revision its deletion made (from a watch's DELETED event).
+pub type Deletions = BTreeMap<String, u64>;
 
 /// A record write or copy DELETE made while the fence of its project's bucket named someone else.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -94,9 +94,10 @@ pub fn audit(log: &str, project_of: &BTreeMap<String, String>, deleted: &Deletio
         let object = &event["objectRef"];
         if verb == "delete" && object["resource"] == "endpointslices" {
             let writer = pod(&event);
-            let (namespace, name) = (object["namespace"].as_str(), object["name"].as_str());
-            if let (Some(writer), Some(namespace), Some(name)) = (writer, namespace, name) {
-                let revision = deleted.get(&(namespace.to_owned(), name.to_owned())).copied();
+            let (namespace, uid) =
+                (object["namespace"].as_str(), event["requestObject"]["preconditions"]["uid"].as_str());
+            if let (Some(writer), Some(namespace), Some(uid)) = (writer, namespace, uid) {
+                let revision = deleted.get(uid).copied();
                 // A DELETE the watch did not see end (it did not happen): nothing to check.
                 if let (Some(revision), Some(time)) = (revision, received(&event)) {
                     writes.push((revision, time, "delete", writer, namespace.to_owned()));
@@ -251,11 +252,13 @@ mod tests {
         renewal(&format!("{MEMBER_PREFIX}{name}"), revision, Some(pod), seconds)
     }
 
-    /// A DELETE received at second `second` (its revision comes from the watch).
-    fn delete(pod: &str, namespace: &str, name: &str, second: u64) -> String {
+    /// A DELETE received at second `second` of the copy of uid `uid` (its revision comes from
+    /// the watch).
+    fn delete(pod: &str, namespace: &str, uid: &str, second: u64) -> String {
         json!({"stage": "ResponseComplete", "verb": "delete", "responseStatus": {"code": 200},
             "requestReceivedTimestamp": at(second), "user": user(pod),
-            "objectRef": {"resource": "endpointslices", "namespace": namespace, "name": name}})
+            "objectRef": {"resource": "endpointslices", "namespace": namespace, "name": "a-copy"},
+            "requestObject": {"kind": "DeleteOptions", "preconditions": {"uid": uid}}})
         .to_string()
     }
 
@@ -303,8 +306,7 @@ mod tests {
             write(52, "one@2", "ns-a"),           // inside
         ]
         .join("\n");
-        let deleted =
-            Deletions::from([(("ns-a".into(), "inside".into()), 40), (("ns-a".into(), "outside".into()), 41)]);
+        let deleted = Deletions::from([("inside".into(), 40), ("outside".into(), 41)]);
         let audit = audit(&log, &projects, &deleted);
         assert_eq!((audit.writes, audit.deletes), (12, 2));
         let counted: Vec<(u64, &str)> = audit.overlaps.iter().map(|o| (o.revision, o.writer.as_str())).collect();

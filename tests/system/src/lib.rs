@@ -6,6 +6,7 @@ pub mod cert_manager;
 pub mod control_plane;
 pub mod docs;
 pub mod fence_audit;
+pub mod fences;
 pub mod helpers;
 pub mod milo;
 pub mod netns;

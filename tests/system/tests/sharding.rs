@@ -4,17 +4,15 @@
 //! coordination the hub's Leases (docs/sharding.md).
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::{Arc, Mutex};
 
-use futures::StreamExt;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 
 use edgegate::core::shard::{self, BUCKETS, Bucket};
-use edgegate_system_tests::fence_audit;
 use edgegate_system_tests::helpers::*;
 use edgegate_system_tests::milo::{Milo, world};
 use edgegate_system_tests::pod::{Render, Rewrite, RunningPod, run};
 use edgegate_system_tests::shipped;
+use edgegate_system_tests::{fence_audit, fences};
 use k8s_openapi::api::coordination::v1::Lease;
 
 const PROJECTS: usize = 12;
@@ -59,14 +57,14 @@ async fn follow_moves(
     let mut history: BTreeMap<Bucket, Vec<(Option<String>, Instant)>> =
         before.iter().map(|(b, h)| (*b, vec![(h.clone(), since)])).collect();
     loop {
-        let now = fences(hub).await;
+        let now = fences::holders(hub).await;
         for (b, holder) in &now {
             let seen = history.get_mut(b).expect("every bucket");
             if seen.last().is_some_and(|(h, _)| h != holder) {
                 seen.push((holder.clone(), Instant::now()));
             }
         }
-        if as_ranked(&now, pods) {
+        if fences::as_ranked(&now, &names(pods)) {
             return (history, since.elapsed());
         }
         assert!(since.elapsed() < Duration::from_secs(120), "the buckets not as ranked within 120 s: {now:?}");
@@ -104,27 +102,6 @@ async fn handover_line(pod: &RunningPod) -> String {
     line().unwrap_or_default()
 }
 
-/// Every copy deleted on the hub from now on, with the revision its deletion made (its watch's
-/// DELETED event): what the auditor orders the DELETEs by.
-fn watch_deletions(hub: &Client) -> Arc<Mutex<fence_audit::Deletions>> {
-    let deleted = Arc::new(Mutex::new(fence_audit::Deletions::new()));
-    let (api, into) = (Api::<EndpointSlice>::all(hub.clone()), Arc::clone(&deleted));
-    tokio::spawn(async move {
-        let mut events = std::pin::pin!(kube::runtime::watcher(api, Default::default()));
-        while let Some(event) = events.next().await {
-            if let Ok(kube::runtime::watcher::Event::Delete(slice)) = event {
-                let revision = slice.metadata.resource_version.as_deref().and_then(|r| r.parse().ok());
-                if let (Some(ns), Some(name), Some(revision)) =
-                    (slice.metadata.namespace, slice.metadata.name, revision)
-                {
-                    into.lock().expect("deletions").insert((ns, name), revision);
-                }
-            }
-        }
-    });
-    deleted
-}
-
 /// Each bucket's fence Lease's resourceVersion now: what changes when it is taken.
 async fn fence_versions(hub: &Client) -> BTreeMap<Bucket, String> {
     let leases: Api<Lease> = Api::namespaced(hub.clone(), "edgegate-system");
@@ -159,7 +136,10 @@ struct Away<'a> {
 /// `address`) written by the project's new owner. Returns that namespace.
 async fn taken_over(hub: &Client, backing: &Client, away: Away<'_>, suffix: &str, address: &str) -> String {
     let what = format!("{}'s buckets taken over", away.what);
-    eventually(Duration::from_secs(60), &what, async || as_ranked(&fences(hub).await, away.others)).await;
+    eventually(Duration::from_secs(60), &what, async || {
+        fences::as_ranked(&fences::holders(hub).await, &names(away.others))
+    })
+    .await;
     let took = away.since.elapsed();
     eprintln!("sharding: {what} in {took:?} (bound 20 s + a look)");
     assert!(took <= Duration::from_secs(22), "taken over in {took:?}");
@@ -175,12 +155,13 @@ async fn taken_over(hub: &Client, backing: &Client, away: Away<'_>, suffix: &str
 /// Until every bucket is held as ranked over `pods` (within 90 s).
 async fn until_ranked(hub: &Client, pods: &[&RunningPod]) {
     let what = format!("every bucket held as ranked over {} replicas", pods.len());
-    eventually(Duration::from_secs(90), &what, async || as_ranked(&fences(hub).await, pods)).await;
+    eventually(Duration::from_secs(90), &what, async || fences::as_ranked(&fences::holders(hub).await, &names(pods)))
+        .await;
 }
 
 /// A project whose bucket `pod` holds now (12 projects over three replicas: there is one).
 async fn a_project_of(hub: &Client, namespaces: &[(String, String, String)], pod: &RunningPod) -> String {
-    let fenced = fences(hub).await;
+    let fenced = fences::holders(hub).await;
     let holds = |p: &str| fenced.get(&shard::bucket(p)).is_some_and(|h| h.as_deref() == Some(pod.name.as_str()));
     namespaces.iter().map(|(p, _, _)| p).find(|p| holds(p)).cloned().expect("a project of the replica")
 }
@@ -226,27 +207,9 @@ fn audited(
     assert!(audit.overlaps.is_empty(), "record writes outside their writer's fence: {:#?}", audit.overlaps);
 }
 
-/// Each bucket's fence holder, as the hub has it now.
-async fn fences(hub: &Client) -> BTreeMap<Bucket, Option<String>> {
-    let leases: Api<Lease> = Api::namespaced(hub.clone(), "edgegate-system");
-    let listed = leases.list(&Default::default()).await.expect("list leases");
-    let mut fences: BTreeMap<Bucket, Option<String>> = (0..BUCKETS).map(|b| (b, None)).collect();
-    for lease in listed {
-        let name = lease.metadata.name.unwrap_or_default();
-        let Some(b) = name.strip_prefix("edgegate-producer-bucket-").and_then(|b| b.parse().ok()) else { continue };
-        fences.insert(b, lease.spec.and_then(|s| s.holder_identity).filter(|h| !h.is_empty()));
-    }
-    fences
-}
-
-/// Every bucket held by the member rendezvous hashing ranks first among `pods`.
-fn as_ranked(fences: &BTreeMap<Bucket, Option<String>>, pods: &[&RunningPod]) -> bool {
-    let names: Vec<&str> = pods.iter().map(|p| p.name.as_str()).collect();
-    fences.iter().all(|(b, holder)| holder.as_deref() == shard::rank(*b, names.iter().copied()).first().copied())
-}
-
-fn held_by(fences: &BTreeMap<Bucket, Option<String>>, pod: &RunningPod) -> usize {
-    fences.values().filter(|h| h.as_deref() == Some(pod.name.as_str())).count()
+/// The Pods' names, as the members are named.
+fn names<'a>(pods: &[&'a RunningPod]) -> Vec<&'a str> {
+    pods.iter().map(|p| p.name.as_str()).collect()
 }
 
 async fn replica(hub_cp: &ControlPlane, render: &Render, i: usize) -> RunningPod {
@@ -308,7 +271,7 @@ async fn replicas_share_the_buckets_and_take_over_a_killed_one() {
     })
     .await;
     tokio::time::sleep(Duration::from_secs(3)).await;
-    let taken = fences(&hub).await.values().filter(|h| h.is_some()).count();
+    let taken = fences::holders(&hub).await.values().filter(|h| h.is_some()).count();
     assert_eq!(taken, 0, "shared replicas took {taken} buckets while the one writer led");
     let handed = Instant::now();
     drop(solo);
@@ -321,12 +284,12 @@ async fn replicas_share_the_buckets_and_take_over_a_killed_one() {
     let offset = renewed.as_second() - i64::try_from(now).expect("seconds");
     eprintln!("sharding: the replica with its wall clock ahead wrote a renewTime {offset} s ahead");
     assert!((560..=640).contains(&offset), "renewTime {offset} s off, not about 600");
-    let before = fences(&hub).await;
+    let before = fences::holders(&hub).await;
     eprintln!(
         "sharding: the one writer stopped → three replicas hold every bucket {:?} later ({:?} after the first started); each holds {:?} of {BUCKETS}",
         handed.elapsed(),
         started.elapsed(),
-        three.iter().map(|p| held_by(&before, p)).collect::<Vec<_>>()
+        three.iter().map(|p| fences::held_by(&before, &p.name)).collect::<Vec<_>>()
     );
     eventually(Duration::from_secs(60), "every project's record as it was", written).await;
 
@@ -355,7 +318,7 @@ async fn replicas_share_the_buckets_and_take_over_a_killed_one() {
 
     // A copy nobody serves in each project: each deleted by its project's owner, whichever that
     // is while the buckets move below (the auditor checks each DELETE against the fences).
-    let deleted = watch_deletions(&hub);
+    let deleted = fences::watch_deletions(&hub);
     tokio::time::sleep(Duration::from_secs(1)).await; // the watch listed
     for (i, (_, ns, _)) in namespaces.iter().enumerate() {
         let address = format!("fd20:dead::{:x}", i + 1);
@@ -366,8 +329,8 @@ async fn replicas_share_the_buckets_and_take_over_a_killed_one() {
     // their owners, each once that one has listed its projects, and exits.
     let leaving = pods.pop().expect("the fourth");
     let leaver = leaving.name.clone();
-    let before = fences(&hub).await;
-    let held = held_by(&before, &leaving);
+    let before = fences::holders(&hub).await;
+    let held = fences::held_by(&before, &leaving.name);
     let stopping = Instant::now();
     let pid = leaving.pid();
     signal(pid, "TERM");
@@ -394,7 +357,7 @@ async fn replicas_share_the_buckets_and_take_over_a_killed_one() {
     // predecessor's member Lease, so the others take its buckets once that Lease has gone
     // unrenewed for its duration, and it takes them back after.
     let killed = pods.remove(1);
-    let (name, fenced) = (killed.name.clone(), fences(&hub).await);
+    let (name, fenced) = (killed.name.clone(), fences::holders(&hub).await);
     let versions = fence_versions(&hub).await;
     let its: Vec<Bucket> =
         fenced.iter().filter(|(_, h)| h.as_deref() == Some(name.as_str())).map(|(b, _)| *b).collect();
@@ -411,7 +374,7 @@ async fn replicas_share_the_buckets_and_take_over_a_killed_one() {
         if renewed.is_none() && member_instance(&hub, &name).await != instance {
             renewed = Some(kill.elapsed());
         }
-        let (now, holders) = (fence_versions(&hub).await, fences(&hub).await);
+        let (now, holders) = (fence_versions(&hub).await, fences::holders(&hub).await);
         // Taken by another replica: its successor of the same name waits out the old member
         // Lease two looks longer than the others, who take its buckets first.
         by_others
@@ -465,7 +428,7 @@ async fn replicas_share_the_buckets_and_take_over_a_killed_one() {
         let pid = old.pid();
         signal(pid, "TERM");
         let others: Vec<&RunningPod> = pods.iter().collect();
-        let (history, _) = follow_moves(&hub, &fences(&hub).await, &others, Instant::now()).await;
+        let (history, _) = follow_moves(&hub, &fences::holders(&hub).await, &others, Instant::now()).await;
         let (_, unheld) = moves(&history, |holders| holders[1..].iter().all(|h| *h != Some(old.name.as_str())));
         longest_unheld = longest_unheld.max(unheld);
         let handover = handover_line(&old).await;
@@ -476,20 +439,20 @@ async fn replicas_share_the_buckets_and_take_over_a_killed_one() {
         until_ready("the replica made again", &pods[k].process, None).await;
         let ready = Instant::now();
         let again: Vec<&RunningPod> = pods.iter().collect();
-        let (history, _) = follow_moves(&hub, &fences(&hub).await, &again, Instant::now()).await;
+        let (history, _) = follow_moves(&hub, &fences::holders(&hub).await, &again, Instant::now()).await;
         longest_unheld = longest_unheld.max(moves(&history, |_| true).1);
         // What minReadySeconds is for: its buckets back before the next Pod is stopped.
         let back = ready.elapsed();
         assert!(back <= Duration::from_secs(min_ready), "its buckets back {back:?} after Ready");
         tokio::time::sleep(Duration::from_secs(min_ready).saturating_sub(back)).await;
     }
-    let after = fences(&hub).await;
+    let after = fences::holders(&hub).await;
     eprintln!(
         "sharding: rolling restart of {} replicas in {:?}; longest a bucket went unheld: {longest_unheld:?} (bound 5 s); \
          each holds {:?} of {BUCKETS}, as before it",
         pods.len(),
         rolling.elapsed(),
-        pods.iter().map(|p| held_by(&after, p)).collect::<Vec<_>>()
+        pods.iter().map(|p| fences::held_by(&after, &p.name)).collect::<Vec<_>>()
     );
     assert!(longest_unheld <= Duration::from_secs(5), "a bucket unheld for {longest_unheld:?} in the rollout");
     hub_cp.assert_nothing_refused();
@@ -589,7 +552,7 @@ async fn paused(broken: bool) {
         // Once its buckets are back with it, the replica that held them meanwhile still writes
         // for them (broken on purpose), beside it.
         eventually(Duration::from_secs(90), "its buckets back as ranked over three replicas", async || {
-            as_ranked(&fences(&hub).await, &three)
+            fences::as_ranked(&fences::holders(&hub).await, &names(&three))
         })
         .await;
         let ns = world::project_namespace(&backing, &hub, &p, &format!("{p}-woken"), Some("fd20:0:6::1")).await;
@@ -613,7 +576,7 @@ async fn paused(broken: bool) {
         return;
     }
     eventually(Duration::from_secs(90), "its buckets back as ranked over three replicas", async || {
-        as_ranked(&fences(&hub).await, &three)
+        fences::as_ranked(&fences::holders(&hub).await, &names(&three))
     })
     .await;
     eprintln!(
@@ -680,7 +643,7 @@ async fn a_replica_cut_off_from_the_hub_writes_nothing_until_it_is_back() {
     netns.link(true);
     let healed = Instant::now();
     eventually(Duration::from_secs(120), "its buckets back as ranked over three replicas", async || {
-        as_ranked(&fences(&hub).await, &three)
+        fences::as_ranked(&fences::holders(&hub).await, &names(&three))
     })
     .await;
     eprintln!("sharding: healed after {:?}: its buckets back in {:?}", healed.duration_since(cut), healed.elapsed());

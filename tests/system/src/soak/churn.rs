@@ -1,7 +1,8 @@
 //! Churn on the project, seeded and reproducible: interfaces created, relabelled, bound and
 //! unbound, readdressed and deleted; NetworkService selectors edited; proxies' backends edited,
 //! proxies deleted and created; namespaces created and deleted on both sides (the hub namespace
-//! of a project namespace is `ns-<uid>`, as the cell and federation make it).
+//! of a project namespace is `ns-<uid>`, as the cell and federation make it, labelled with its
+//! project's cluster). Namespace `soak-<n>` is in project [`project_of`] it.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -11,7 +12,9 @@ use kube::api::DeleteParams;
 use kube::{Api, Client};
 
 use super::project::{interface, proxy, put, remove, service};
+use super::world::project_of;
 use crate::helpers::try_namespace;
+use crate::milo::PROJECT_LABEL;
 
 /// xorshift64*: a few lines, seeded, the same sequence on every machine.
 pub struct Rng(u64);
@@ -52,8 +55,11 @@ pub struct Churn {
     next_space: u64,
     pub applied: u64,
     pub failed: u64,
-    /// Hub namespaces deleted with their project namespace: their copies go with them.
+    /// Hub namespaces deleted with their project namespace (each once its deletion was
+    /// answered): their copies go with them.
     pub deleted_hub_namespaces: std::sync::Arc<std::sync::Mutex<std::collections::BTreeSet<String>>>,
+    /// Every hub namespace made, with its project.
+    pub hub_projects: std::sync::Arc<std::sync::Mutex<BTreeMap<String, String>>>,
 }
 
 fn address(space: u64, n: u64) -> String {
@@ -71,6 +77,7 @@ impl Churn {
             applied: 0,
             failed: 0,
             deleted_hub_namespaces: Default::default(),
+            hub_projects: Default::default(),
         }
     }
 
@@ -80,12 +87,16 @@ impl Churn {
         let id = self.next_space;
         self.next_space += 1;
         let name = format!("soak-{id}");
+        let project = project_of(&name).unwrap_or_default();
         // Either API server may be restarting (a fault): a namespace not created is retried by
         // the writes that follow, or left out; the churn goes on.
-        let _ = try_namespace(&self.project, &name, &[]).await;
+        let _ = try_namespace(&self.project, &name, &[(PROJECT_LABEL, project)]).await;
         let uid = Api::<Namespace>::all(self.project.clone()).get(&name).await.ok().and_then(|n| n.metadata.uid);
         let hub_ns = format!("ns-{}", uid.unwrap_or_default());
-        let _ = try_namespace(&self.hub, &hub_ns, &[("edgegate-soak", "true")]).await;
+        let cluster = format!("cluster-{project}");
+        let labels = [("edgegate-soak", "true"), ("meta.datumapis.com/upstream-cluster-name", cluster.as_str())];
+        let _ = try_namespace(&self.hub, &hub_ns, &labels).await;
+        self.hub_projects.lock().expect("projects").insert(hub_ns, project.to_owned());
         let mut space = Space { id, interfaces: BTreeMap::new(), next: 0 };
         for (svc, app) in SERVICES.iter().zip(APPS) {
             let _ = put(&self.project, &name, "NetworkService", svc, service(app)).await;
@@ -195,10 +206,34 @@ impl Churn {
     async fn delete_namespace(&mut self, ns: &str) -> Result<(), kube::Error> {
         let uid = Api::<Namespace>::all(self.project.clone()).get(ns).await?.metadata.uid.unwrap_or_default();
         let hub_ns = format!("ns-{uid}");
-        self.deleted_hub_namespaces.lock().expect("deleted").insert(hub_ns.clone());
-        self.spaces.remove(ns);
         Api::<Namespace>::all(self.project.clone()).delete(ns, &DeleteParams::default()).await?;
-        Api::<Namespace>::all(self.hub.clone()).delete(&hub_ns, &DeleteParams::default()).await.map(|_| ())
+        self.spaces.remove(ns);
+        // The project namespace is going: its hub namespace must go too, or its copies stay
+        // (nobody serves them, and no project owns them). Retried through a hub restart.
+        let hub = Api::<Namespace>::all(self.hub.clone());
+        let started = std::time::Instant::now();
+        let deleted = loop {
+            match hub.delete(&hub_ns, &DeleteParams::default()).await {
+                Ok(_) => break Ok(()),
+                Err(kube::Error::Api(s)) if s.code == 404 => break Ok(()),
+                Err(e) if started.elapsed() > Duration::from_secs(60) => break Err(e),
+                Err(_) => tokio::time::sleep(Duration::from_millis(500)).await,
+            }
+        };
+        // Marked only once deleted: until then, a copy gone there is judged as any other.
+        if deleted.is_ok() {
+            self.deleted_hub_namespaces.lock().expect("deleted").insert(hub_ns);
+        }
+        deleted
+    }
+
+    /// The project with the most namespaces now.
+    pub fn busiest_project(&self) -> Option<&'static str> {
+        let mut count: BTreeMap<&'static str, usize> = BTreeMap::new();
+        for name in self.spaces.keys() {
+            *count.entry(project_of(name).unwrap_or_default()).or_default() += 1;
+        }
+        count.into_iter().max_by_key(|(_, n)| *n).map(|(p, _)| p)
     }
 
     /// Every proxy deleted at once (each namespace's record empties: a burst the pruner paces),

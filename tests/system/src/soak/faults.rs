@@ -1,11 +1,15 @@
-//! Faults, injected in a seeded order: each binary killed (-9) and started again (the producer's
-//! lease holder, which writes and deletes, and its follower), the lease holder stopped (SIGSTOP)
-//! and resumed, the hub's etcd and kube-apiserver restarted, the
-//! project API server frozen past the producer's timeouts, both webhook replicas frozen (fail
-//! closed: the cell's writes fail and are retried), every proxy deleted at once (a burst of
-//! emptied records), and a record emptied by hand. Each is a window on the timeline; after it,
-//! the time until every binary is ready again is measured.
+//! Faults, injected in a seeded order: a webhook replica killed (-9) and started again; on the
+//! producer's shared replicas (each target the replica holding the most of the soak's projects):
+//! one killed and made again under its name, one stopped (SIGSTOP) past its member Lease and
+//! resumed, a fourth added and removed (3 → 4 → 3: buckets move to it and back), and a rolling
+//! restart; the hub's etcd and kube-apiserver restarted; the project API server frozen past the
+//! producer's timeouts (Milo answers nothing), and one Milo project silent while the others
+//! answer; both webhook replicas frozen (fail closed: the cell's writes fail and are retried);
+//! every proxy deleted at once (a burst of emptied records); and a record emptied by hand. Each is
+//! a window on the timeline, asserted to have reached its target; after it, the time until every
+//! binary is ready again is measured.
 
+use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -13,15 +17,18 @@ use kube::Api;
 use kube::api::{Patch, PatchParams};
 
 use super::churn::{Churn, Rng};
-use super::world::World;
+use super::world::{PROJECTS, REPLICAS, World};
+use crate::helpers::{eventually, exited, signal};
 
-pub const KINDS: [&str; 9] = [
+pub const KINDS: [&str; 11] = [
     "webhook-kill",
-    "producer-leader-kill",
-    "producer-follower-kill",
-    "producer-leader-stop",
+    "producer-kill",
+    "producer-stop",
+    "producer-scale",
+    "producer-rolling",
     "hub-restart",
     "project-unreachable",
+    "milo-project-fault",
     "webhook-unreachable",
     "burst",
     "record-hand-edit",
@@ -30,26 +37,49 @@ pub const KINDS: [&str; 9] = [
 /// How long after a fault ends its effects may still show (the binaries' backoffs, a relist).
 pub const RECOVERY: Duration = Duration::from_secs(15);
 
-/// The faults that can delay a collection (invariant 2): those that stop the producer leading or
-/// seeing (its project's evidence is whole again only `--withdraw-after` + `--grace` after). A
-/// webhook fault, a follower killed, a burst or a hand edit delays no deletion.
-pub const DELAY_COLLECTION: [&str; 4] =
-    ["producer-leader-kill", "producer-leader-stop", "hub-restart", "project-unreachable"];
+/// The faults that can delay a collection (invariant 2): those that stop a project's owner
+/// writing or seeing it (its project's evidence is whole again only `--withdraw-after` +
+/// `--grace` after), each only for the projects it reaches: a replica killed or stopped, its own;
+/// a Milo project silent, that one. A webhook fault, a burst or a hand edit delays no deletion.
+pub const DELAY_COLLECTION: [&str; 7] = [
+    "producer-kill",
+    "producer-stop",
+    "producer-scale",
+    "producer-rolling",
+    "hub-restart",
+    "project-unreachable",
+    "milo-project-fault",
+];
 
 /// The faults that can explain refusing an address long served (invariant 1's refusal half): a
-/// record emptied by hand (until the producer puts it right), and anything that restarts the
-/// webhook's or the producer's view.
-pub const EXCUSE_REFUSAL: [&str; 6] = [
+/// record emptied by hand (until the producer puts it right), anything that restarts the
+/// webhook's view, and a project's owner gone or moving (an address served since is recorded
+/// once its new owner has listed the project), each only for the projects it reaches.
+pub const EXCUSE_REFUSAL: [&str; 8] = [
     "record-hand-edit",
     "hub-restart",
     "webhook-kill",
     "webhook-unreachable",
-    "producer-leader-kill",
-    "producer-leader-stop",
+    "producer-kill",
+    "producer-stop",
+    "producer-scale",
+    "producer-rolling",
 ];
 
-/// A fault's kind, when it began and (once over) when it ended.
-type Window = (&'static str, Instant, Option<Instant>);
+/// A fault: its kind, when it began and (once over) when it ended, and the projects it reaches
+/// (`None`: all of them).
+struct Window {
+    kind: &'static str,
+    began: Instant,
+    ended: Option<Instant>,
+    only: Option<BTreeSet<String>>,
+}
+
+impl Window {
+    fn reaches(&self, project: Option<&str>) -> bool {
+        self.only.as_ref().is_none_or(|only| project.is_some_and(|p| only.contains(p)))
+    }
+}
 
 /// The faults' windows, shared with the checker.
 #[derive(Clone, Default)]
@@ -58,35 +88,49 @@ pub struct Timeline(Arc<Mutex<Vec<Window>>>);
 impl Timeline {
     fn open(&self, kind: &'static str) -> usize {
         let mut windows = self.0.lock().expect("timeline");
-        windows.push((kind, Instant::now(), None));
+        windows.push(Window { kind, began: Instant::now(), ended: None, only: None });
         windows.len() - 1
     }
+    /// The fault in window `i` reaches only `projects`.
+    fn only(&self, i: usize, projects: impl IntoIterator<Item = String>) {
+        self.0.lock().expect("timeline")[i].only = Some(projects.into_iter().collect());
+    }
     fn close(&self, i: usize) {
-        self.0.lock().expect("timeline")[i].2 = Some(Instant::now());
+        self.0.lock().expect("timeline")[i].ended = Some(Instant::now());
     }
-    /// When the fault of `kind` in progress at `at` began.
-    pub fn since(&self, kind: &str, at: Instant) -> Option<Instant> {
-        let windows = self.0.lock().expect("timeline");
-        windows.iter().find(|(k, s, e)| *k == kind && *s <= at && e.is_none_or(|e| at <= e)).map(|(_, s, _)| *s)
-    }
-    /// Until when, as seen at `at`, a fault of one of `kinds` excuses a delay: the latest end of
-    /// one begun by then, plus [`RECOVERY`] (one still in progress counts as ending at `at`).
-    /// `None` when none has begun. A delay is judged from there, not from when it began.
-    pub fn excused_until(&self, at: Instant, kinds: &[&str]) -> Option<Instant> {
+    /// When the project's control plane was cut off (a fault of `kinds` in progress at `at`
+    /// reaching `project`) began.
+    pub fn cut_since(&self, kinds: &[&str], project: Option<&str>, at: Instant) -> Option<Instant> {
         let windows = self.0.lock().expect("timeline");
         windows
             .iter()
-            .filter(|(k, s, _)| kinds.contains(k) && *s <= at)
-            .map(|(_, _, e)| e.unwrap_or(at).min(at) + RECOVERY)
+            .filter(|w| kinds.contains(&w.kind) && w.reaches(project))
+            .find(|w| w.began <= at && w.ended.is_none_or(|e| at <= e))
+            .map(|w| w.began)
+    }
+    /// Until when, as seen at `at`, a fault of one of `kinds` reaching `project` excuses a delay:
+    /// the latest end of one begun by then, plus [`RECOVERY`] (one still in progress counts as
+    /// ending at `at`). `None` when none has begun. A delay is judged from there, not from when it
+    /// began.
+    pub fn excused_until(&self, at: Instant, kinds: &[&str], project: Option<&str>) -> Option<Instant> {
+        let windows = self.0.lock().expect("timeline");
+        windows
+            .iter()
+            .filter(|w| kinds.contains(&w.kind) && w.began <= at && w.reaches(project))
+            .map(|w| w.ended.unwrap_or(at).min(at) + RECOVERY)
             .max()
     }
     pub fn count(&self) -> Vec<(&'static str, usize)> {
         let windows = self.0.lock().expect("timeline");
-        KINDS.iter().map(|k| (*k, windows.iter().filter(|(w, _, _)| w == k).count())).collect()
+        KINDS.iter().map(|k| (*k, windows.iter().filter(|w| w.kind == *k).count())).collect()
     }
 }
 
-/// Inject `kind`; returns when it is over (not yet recovered).
+/// The faults that cut a project's control plane off (invariant 3).
+pub const CUT: [&str; 2] = ["project-unreachable", "milo-project-fault"];
+
+/// Inject `kind`; returns when it is over (not yet recovered). Each asserts it reached its
+/// target: a fault that silently did not happen would pass for one survived.
 pub async fn inject(kind: &'static str, world: &mut World, churn: &tokio::sync::Mutex<Churn>, timeline: &Timeline) {
     let window = timeline.open(kind);
     eprintln!("soak: fault {kind}");
@@ -96,24 +140,56 @@ pub async fn inject(kind: &'static str, world: &mut World, churn: &tokio::sync::
             tokio::time::sleep(Duration::from_secs(2)).await;
             world.start_webhook(0).await;
         }
-        "producer-leader-kill" | "producer-follower-kill" => {
-            let leader = world.producer_leader().unwrap_or(0);
-            let i = if kind == "producer-leader-kill" { leader } else { 1 - leader };
-            if let Some(p) = world.producers[i].take() {
-                crate::helpers::signal(crate::helpers::pid_of(&p.process), "KILL");
-            }
+        "producer-kill" => {
+            // Killed, its Pod made again under its name at once: it takes its buckets back once
+            // its old member Lease has gone unrenewed for its duration (or the others take them).
+            let i = world.busiest_producer().await;
+            timeline.only(window, held_projects(world, i).await);
+            let pid = world.producers[i].as_ref().map(|p| p.pid()).expect("the target runs");
+            signal(pid, "KILL");
+            eventually(Duration::from_secs(5), "the killed replica gone", async || exited(pid)).await;
+            drop(world.producers[i].take());
             tokio::time::sleep(Duration::from_secs(2)).await;
             world.start_producer(i).await;
+            until_ranked(world, "the killed replica's buckets taken back").await;
         }
-        "producer-leader-stop" => {
-            // Past its Lease (4 s): the other takes over, and the woken one must write and delete
-            // nothing on its stale view.
-            let i = world.producer_leader().unwrap_or(0);
-            let pid = world.producers[i].as_ref().map(|p| crate::helpers::pid_of(&p.process));
-            if let Some(pid) = pid {
-                crate::helpers::signal(pid, "STOP");
-                tokio::time::sleep(Duration::from_secs(8)).await;
-                crate::helpers::signal(pid, "CONT");
+        "producer-stop" => {
+            // Past its member Lease (16 s): the others take its buckets, and the woken one must
+            // write and delete nothing on its stale view until it has taken them back.
+            let i = world.busiest_producer().await;
+            timeline.only(window, held_projects(world, i).await);
+            let (pid, name) = world.producers[i].as_ref().map(|p| (p.pid(), p.name.clone())).expect("the target runs");
+            signal(pid, "STOP");
+            let took = eventually(Duration::from_secs(45), "the stopped replica's buckets taken", async || {
+                crate::fences::held_by(&crate::fences::holders(&world.hub).await, &name) == 0
+            })
+            .await;
+            eprintln!("soak: {name} stopped: its buckets taken by the others {took:.1?} after");
+            signal(pid, "CONT");
+            until_ranked(world, "the woken replica's buckets back").await;
+        }
+        "producer-scale" => {
+            // 3 → 4: the new replica takes its buckets from the others (soak-p2 and soak-p10
+            // among them); 4 → 3 by SIGTERM: it hands them back.
+            world.start_producer(REPLICAS).await;
+            until_ranked(world, "a fourth replica's buckets taken").await;
+            let held = world.projects_held().await;
+            assert!(held.get(&REPLICAS).is_some_and(|n| *n > 0), "the fourth replica took no soak project: {held:?}");
+            let took = world.stop_producer(REPLICAS).await;
+            world.producers.truncate(REPLICAS);
+            until_ranked(world, "the fourth replica's buckets handed back").await;
+            eprintln!(
+                "soak: 3 → 4 → 3 replicas: the fourth held {} projects, exited {took:.1?} after SIGTERM",
+                held[&REPLICAS]
+            );
+        }
+        "producer-rolling" => {
+            // As a StatefulSet rolls its Pods: the last first, each stopped, made again, and its
+            // buckets back before the next.
+            for i in (0..REPLICAS).rev() {
+                world.stop_producer(i).await;
+                world.start_producer(i).await;
+                until_ranked(world, "a restarted replica's buckets back").await;
             }
         }
         "hub-restart" => {
@@ -128,18 +204,33 @@ pub async fn inject(kind: &'static str, world: &mut World, churn: &tokio::sync::
             world.hub_restarts.push((began, std::time::SystemTime::now()));
         }
         "project-unreachable" => {
-            // The producer's watches of the project stall (or fail, past its read timeout): it must keep
-            // every record as it is.
+            // Every project's watches stall (or fail, past the producer's read timeout): it must
+            // keep every record as it is.
             let pid = world.project_cp.pid("kube-apiserver");
-            crate::helpers::signal(pid, "STOP");
+            signal(pid, "STOP");
             tokio::time::sleep(Duration::from_secs(20)).await;
-            crate::helpers::signal(pid, "CONT");
+            signal(pid, "CONT");
+        }
+        "milo-project-fault" => {
+            // One project answers nothing (its watches cut, every request held open) while the
+            // others answer: its records stay as they are, and the others' work goes on.
+            let project = churn.lock().await.busiest_project().expect("a project with namespaces");
+            timeline.only(window, [project.to_owned()]);
+            let asked = || world.milo.requests().get(project).copied().unwrap_or_default();
+            let before = asked();
+            world.milo.set_fault(project, Some(crate::milo::Fault::Silent));
+            tokio::time::sleep(Duration::from_secs(20)).await;
+            world.milo.set_fault(project, None);
+            let during = asked() - before;
+            assert!(during > 0, "nobody asked {project} anything while it was silent");
+            eprintln!("soak: {project} silent for 20 s: {during} requests held");
         }
         "webhook-unreachable" => {
             let pids: Vec<u32> = world.webhooks.iter().flatten().map(|r| r.pid()).collect();
-            pids.iter().for_each(|p| crate::helpers::signal(*p, "STOP"));
+            assert_eq!(pids.len(), 2, "both webhook replicas run");
+            pids.iter().for_each(|p| signal(*p, "STOP"));
             tokio::time::sleep(Duration::from_secs(6)).await;
-            pids.iter().for_each(|p| crate::helpers::signal(*p, "CONT"));
+            pids.iter().for_each(|p| signal(*p, "CONT"));
         }
         "burst" => churn.lock().await.burst(Duration::from_secs(8)).await,
         "record-hand-edit" => hand_edit(world).await,
@@ -148,15 +239,38 @@ pub async fn inject(kind: &'static str, world: &mut World, churn: &tokio::sync::
     timeline.close(window);
 }
 
-/// Empty the largest record by hand, as a person with `kubectl edit` would.
+/// The soak's projects whose buckets replica `i` holds.
+async fn held_projects(world: &World, i: usize) -> Vec<String> {
+    let fences = crate::fences::holders(&world.hub).await;
+    let name = world.producers[i].as_ref().map(|p| p.name.clone()).unwrap_or_default();
+    PROJECTS
+        .iter()
+        .filter(|p| fences.get(&edgegate::core::shard::bucket(p)).is_some_and(|h| h.as_deref() == Some(&name)))
+        .map(|p| (*p).to_owned())
+        .collect()
+}
+
+/// Wait until every bucket is held as the running replicas rank it (60 s: a member Lease's
+/// duration and a look, twice).
+async fn until_ranked(world: &World, what: &str) {
+    let took = eventually(Duration::from_secs(60), what, async || world.as_ranked().await).await;
+    eprintln!("soak: {what} in {took:.1?}");
+}
+
+/// Empty the largest record by hand, as a person with `kubectl edit` would (retried through a
+/// hub restart's seconds: the edit must happen).
 async fn hand_edit(world: &World) {
     let api: Api<edgegate::EdgeReachability> = Api::all(world.hub.clone());
     let records = api.list(&Default::default()).await.map(|l| l.items).unwrap_or_default();
-    let Some(record) = records.iter().max_by_key(|r| r.entries().len()) else { return };
+    let record = records.iter().max_by_key(|r| r.entries().len()).expect("a record to edit");
+    assert!(!record.entries().is_empty(), "no record names an address");
     let ns = record.metadata.namespace.clone().unwrap_or_default();
     let emptied = serde_json::json!({"spec": {"addresses": []}});
     let namespaced: Api<edgegate::EdgeReachability> = Api::namespaced(world.hub.clone(), &ns);
-    let _ = namespaced.patch("default", &PatchParams::default(), &Patch::Merge(&emptied)).await;
+    eventually(Duration::from_secs(30), "the record emptied by hand", async || {
+        namespaced.patch("default", &PatchParams::default(), &Patch::Merge(&emptied)).await.is_ok()
+    })
+    .await;
     eprintln!("soak: emptied the record of {ns} ({} addresses) by hand", record.entries().len());
 }
 

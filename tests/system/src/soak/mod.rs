@@ -30,6 +30,11 @@ pub struct Config {
     pub withdraw_after: Duration,
     pub grace: Duration,
     pub deletes_per_second: usize,
+    /// Inject the faults (off: churn only).
+    pub faults: bool,
+    /// Every producer replica prunes with no grace (`--test-only-skip-the-grace`): the checker
+    /// must catch it.
+    pub skip_grace: bool,
 }
 
 impl Config {
@@ -51,6 +56,8 @@ pub struct Report {
     pub violations: Vec<checker::Violation>,
     pub panics: usize,
     pub readiness: Vec<(&'static str, Duration)>,
+    /// How many of each kind of fault were injected (each asserted to have reached its target).
+    pub faults: Vec<(&'static str, usize)>,
 }
 
 /// From the hub's audit log: for each (identity, verb, resource) written, the most writes that
@@ -97,6 +104,8 @@ pub async fn run(config: Config) -> Report {
         churn.add_namespace(6).await;
     }
     let deleted_namespaces = Arc::clone(&churn.deleted_hub_namespaces);
+    let hub_projects = Arc::clone(&churn.hub_projects);
+    let deletions = crate::fences::watch_deletions(&world.hub);
     let churn = Arc::new(tokio::sync::Mutex::new(churn));
     view.synced().await;
     let _ = copies.wait_until_ready().await;
@@ -114,6 +123,7 @@ pub async fn run(config: Config) -> Report {
         timeline.clone(),
         Arc::clone(&ledger),
         deleted_namespaces,
+        Arc::clone(&hub_projects),
         config.deletes_per_second,
     ));
     let stop = CancellationToken::new();
@@ -151,7 +161,10 @@ pub async fn run(config: Config) -> Report {
     tokio::time::sleep(Duration::from_secs(5)).await;
     let run_started = Instant::now();
     let mut cycle = 0;
-    while run_started.elapsed() < config.duration {
+    if !config.faults {
+        tokio::time::sleep(config.duration).await;
+    }
+    while config.faults && run_started.elapsed() < config.duration {
         for kind in faults::schedule(config.seed + cycle) {
             faults::inject(kind, &mut world, &churn, &timeline).await;
             let took =
@@ -170,8 +183,9 @@ pub async fn run(config: Config) -> Report {
     // Settle: past the last fault's recovery and a withdrawal's hold, with a pass and its pacing
     // to spare; then nothing unserved may remain.
     eventually(Duration::from_secs(90), "every binary ready before the settle", async || world.all_ready()).await;
-    // As long as invariant 2 allows after a fault, and a pass's pacing more.
-    let settle = faults::RECOVERY + checker.collect_within + Duration::from_secs(5);
+    // As long as invariant 2 allows after a fault (if any), and a pass's pacing more.
+    let recovery = if config.faults { faults::RECOVERY } else { Duration::ZERO };
+    let settle = recovery + checker.collect_within + Duration::from_secs(5);
     tokio::time::sleep(settle).await;
     let swept = checker.sweep(&view, &copies.state());
     eprintln!("soak: settled {settle:?}; swept {swept} copies");
@@ -256,6 +270,30 @@ pub async fn run(config: Config) -> Report {
         eprintln!("soak: audit log: {who} {verb} {resource}: at most {peak} in one second");
     }
     let mut violations = findings.violations.clone();
+    // Invariant 6, from the hub's audit log: every record write and copy DELETE by the replica
+    // whose fence held the project's bucket, inside its own member Lease's deadline.
+    let audit = crate::fence_audit::audit(
+        &std::fs::read_to_string(world.hub_cp.dir.join("audit.log")).unwrap_or_default(),
+        &hub_projects.lock().expect("projects"),
+        &deletions.lock().expect("deletions"),
+    );
+    eprintln!(
+        "soak: fences: {} record writes and {} copy DELETEs against {} fence changes, {} outside the writer's fence or deadline",
+        audit.writes,
+        audit.deletes,
+        audit.fence_changes,
+        audit.overlaps.len()
+    );
+    for overlap in &audit.overlaps {
+        violations.push(checker::Violation { invariant: 6, at: started.elapsed(), what: format!("{overlap:?}") });
+    }
+    if audit.writes == 0 {
+        violations.push(checker::Violation {
+            invariant: 6,
+            at: started.elapsed(),
+            what: "the fence auditor saw no record write".into(),
+        });
+    }
     if swept == 0 {
         violations.push(checker::Violation {
             invariant: 2,
@@ -308,5 +346,5 @@ pub async fn run(config: Config) -> Report {
         "soak: requests of edgegate's refused while the hub's API server restarted (RBAC not synced yet): {after_restart}"
     );
     eprintln!("soak: panics {panics}; invariant violations {}", violations.len());
-    Report { violations, panics, readiness }
+    Report { violations, panics, readiness, faults: timeline.count() }
 }

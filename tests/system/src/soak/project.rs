@@ -28,6 +28,10 @@ pub async fn put(client: &Client, ns: &str, kind: &str, name: &str, body: Value)
     object["kind"] = json!(kind);
     object["metadata"]["name"] = json!(name);
     object["metadata"]["namespace"] = json!(ns);
+    // In the soak's project, as Milo scopes it (the stand-in serves a project what is labelled so).
+    if let Some(project) = super::world::project_of(ns) {
+        object["metadata"]["labels"][crate::milo::PROJECT_LABEL] = json!(project);
+    }
     let sent = Sent::sending(kind, ns, name);
     let written = api.patch(name, &PatchParams::apply("soak-churn").force(), &Patch::Apply(&object)).await;
     sent.answered(written.as_ref().ok().and_then(|o| o.metadata.resource_version.clone()));
