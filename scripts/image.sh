@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Build edgegate's container image without a container engine: a docker-style image tarball
 # (what `crane push` and `docker load` read) holding
-#   layer 1: libc6 and libgcc-s1 from Debian (apt-get download, dpkg-deb -x), /etc/passwd and
+#   layer 1: libc6 and libgcc-s1 from Debian 12, at the versions scripts/image-packages.txt pins
+#            (apt-get download, dpkg-deb -x), /etc/passwd and
 #            /etc/group with the user nonroot (65532), /tmp, /home/nonroot;
 #   layer 2: /usr/local/bin/{edgegate-webhook,edgegate-pruner,edgegate-producer,edgegate};
 # run as 65532:65532 with the webhook as entrypoint, as the Dockerfile's image.
@@ -67,30 +68,30 @@ for b in edgegate-webhook edgegate-pruner edgegate-producer edgegate; do
   [[ -x $bin_dir/$b ]] || { echo "image.sh: $bin_dir/$b is missing" >&2; exit 1; }
 done
 
-# The packages: apt's candidate versions, each .deb downloaded once into the cache.
+# The packages, at the versions scripts/image-packages.txt pins, each .deb downloaded once into
+# the cache.
+pins=$repo/scripts/image-packages.txt
 debs=$cache_root/image-debs
 mkdir -p "$debs"
 exec 8>"$debs/.lock"
 flock 8
 candidate() { apt-cache policy "$1" | awk '$1 == "Candidate:" { print $2 }'; }
+download() { (cd "$debs/.partial" && apt-get download -qq -o APT::Sandbox::User=root "$1=$2") >&2; }
 deb_files=()
 notes=()
-for pkg in libc6 libgcc-s1; do
-  version=$(candidate "$pkg")
-  if [[ -z $version || $version == "(none)" ]]; then
-    apt-get update -qq >&2
-    version=$(candidate "$pkg")
-  fi
+while read -r pkg version; do
   # Debian file names write the epoch's ':' as %3a.
   file=$debs/${pkg}_${version//:/%3a}_${arch}.deb
   if [[ ! -s $file ]]; then
     # Into a fresh directory first, so an interrupted download never leaves a cut .deb behind.
     rm -rf "$debs/.partial" && mkdir "$debs/.partial"
-    if ! (cd "$debs/.partial" && apt-get download -qq -o APT::Sandbox::User=root "$pkg=$version") >&2; then
+    if ! download "$pkg" "$version" 2>/dev/null; then
       apt-get update -qq >&2
-      version=$(candidate "$pkg")
-      file=$debs/${pkg}_${version//:/%3a}_${arch}.deb
-      (cd "$debs/.partial" && apt-get download -qq -o APT::Sandbox::User=root "$pkg=$version") >&2
+      if ! download "$pkg" "$version"; then
+        echo "image.sh: $pkg $version, pinned in scripts/image-packages.txt, is not in the archive any more" \
+          "(apt offers $(candidate "$pkg")): move the pin as docs/from-source.md says" >&2
+        exit 1
+      fi
     fi
     mv "$debs/.partial/$(basename "$file")" "$file"
     rm -rf "$debs/.partial"
@@ -98,7 +99,8 @@ for pkg in libc6 libgcc-s1; do
   [[ -s $file ]] || { echo "image.sh: apt-get download $pkg=$version gave no $file" >&2; exit 1; }
   deb_files+=("$file")
   notes+=("$pkg=$version")
-done
+done < <(grep -v '^#' "$pins" | grep -v '^[[:space:]]*$')
+[[ ${#deb_files[@]} -gt 0 ]] || { echo "image.sh: $pins pins no package" >&2; exit 1; }
 exec 8>&-
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/edgegate-image.XXXXXX")

@@ -8,7 +8,8 @@
 # real: POST /validate with a typical VPC copy review against a record naming its address. Phase
 # 4: the real handler paced at half the measured peak (scripts/load.lua's delay hook) for the p99
 # at half load. Needs wrk (apt-get install wrk).
-# Loopback only; every phase is bounded by -d.
+# Loopback only; every phase is bounded by -d. Exits 1 when /validate is under 80 % of the ceiling
+# or its p99 at half load over 2 ms (docs/performance.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 secs=${1:-8}
@@ -40,3 +41,11 @@ half_rate=$(( $(rps "$real") / 2 ))
 half=$(EDGEGATE_RATE=$half_rate EDGEGATE_CONNECTIONS=64 run "validate-at-${half_rate}rps" /validate 64)
 echo "$half"
 curl -s --cacert "$work/tls/ca.crt" "https://localhost:$port/metrics" | grep -E '^edgegate_admission_reviews_total'
+# The goals (docs/performance.md): /validate at 80 % of the ceiling; p99 ≤ 2 ms at half its peak.
+fail=0
+miss() { echo "load.sh: $*" >&2; fail=1; }
+ratio=$(awk -v r="$(rps "$real")" -v c="$(rps "$ceiling")" 'BEGIN { printf "%.1f", (c + 0 > 0 ? 100 * r / c : 0) }')
+awk -v v="$ratio" 'BEGIN { exit !(v + 0 >= 80) }' || miss "real/ceiling ${ratio} % under the target of 80 %"
+p99=$(awk '{ for (i = 1; i <= NF; i++) if ($i ~ /^p99_ms=/) print substr($i, 8) }' <<<"$half")
+awk -v v="$p99" 'BEGIN { exit !(v != "" && v + 0 <= 2) }' || miss "p99 at half load ${p99:-missing} ms over the target of 2 ms"
+exit "$fail"

@@ -10,9 +10,13 @@
 #                                          `crane push` reads; its digest read back with crane
 #   edgegate-PATH-VERSION.yaml             one rendered manifest per documented install path
 #                                          (docs/deploy.md), the image pinned by that digest:
-#                                          observe, enforce, karmada-hub-observe,
-#                                          karmada-hub-enforce, karmada-host-observe,
-#                                          karmada-host-enforce; each passes `edgegate render-check`
+#                                          observe, enforce, producer, producer-milo,
+#                                          producer-milo-sharded, monitoring,
+#                                          producer-milo-monitoring, the Karmada hub's and
+#                                          host's (observe, enforce, producer), and the grants
+#                                          for Milo's root and a project control plane
+#                                          (milo-grant, project-grant); each passes `edgegate
+#                                          render-check`
 #   BINARY-VERSION-linux-amd64.tar.gz      edgegate, edgegate-webhook, edgegate-pruner,
 #                                          edgegate-producer (each with LICENSE)
 #   edgegate-VERSION-release.txt           the digest, each binary's glibc floor (the highest
@@ -111,34 +115,48 @@ read_back=$("$crane" digest --tarball "$image")
 [[ $read_back == "$digest" ]] || { echo "release.sh: image.sh printed $digest, crane reads $read_back" >&2; exit 1; }
 echo "image $image_name@$digest ($(du -h "$image" | cut -f1))"
 
-# One manifest per documented install path: the overlay (and components/enforce for the second
-# step of a Karmada hub) in a kustomization that pins the digest as docs/deploy.md says.
+# One manifest per documented install path: its resources and components, in docs/deploy.md's
+# order (features, certificate source, enforce, images), in a kustomization that pins the digest
+# as docs/deploy.md says. "name | resources | components" (under deploy/).
 cp -a "$repo/deploy" "$work/deploy"
 paths=(
-  "observe overlays/observe"
-  "enforce overlays/enforce"
-  "karmada-hub-observe overlays/karmada-hub/hub"
-  "karmada-hub-enforce overlays/karmada-hub/hub enforce"
-  "karmada-host-observe overlays/karmada-hub/host"
-  "karmada-host-enforce overlays/karmada-hub/host enforce"
+  "observe | overlays/observe |"
+  "enforce | overlays/enforce |"
+  "producer | base | producer cert-manager enforce images"
+  "producer-milo | base | producer producer-milo cert-manager enforce images"
+  "producer-milo-sharded | base | producer producer-milo producer-sharded cert-manager enforce images"
+  "monitoring | base | monitoring cert-manager enforce images"
+  "producer-milo-monitoring | base | producer producer-milo monitoring cert-manager enforce images"
+  "karmada-hub-observe | overlays/karmada-hub/hub |"
+  "karmada-hub-enforce | overlays/karmada-hub/hub | enforce"
+  "karmada-host-observe | overlays/karmada-hub/host |"
+  "karmada-host-enforce | overlays/karmada-hub/host | enforce"
+  "karmada-hub-producer | overlays/karmada-hub/hub | karmada-producer-hub enforce"
+  "karmada-host-producer | overlays/karmada-hub/host | producer producer-milo karmada-producer-host enforce images"
+  "milo-grant | milo |"
+  "project-grant | project |"
 )
 manifests=()
 for entry in "${paths[@]}"; do
-  read -r name path components <<<"$entry"
+  IFS='|' read -r name resources components <<<"$entry"
+  name=$(xargs <<<"$name") resources=$(xargs <<<"$resources") components=$(xargs <<<"$components")
   dir=$work/render/$name
   mkdir -p "$dir"
   {
     echo "apiVersion: kustomize.config.k8s.io/v1beta1"
     echo "kind: Kustomization"
-    echo "resources: [../../deploy/$path]"
-    [[ -z $components ]] || echo "components: [../../deploy/components/$components]"
+    echo "resources: [../../deploy/$resources]"
+    if [[ -n $components ]]; then
+      echo "components:"
+      for c in $components; do echo "  - ../../deploy/components/$c"; done
+    fi
     echo "images:"
     echo "  - name: $image_name"
     echo "    digest: $digest"
   } >"$dir/kustomization.yaml"
   manifest=$out/edgegate-$name-$version.yaml
   {
-    echo "# edgegate $version, install path '$name' (docs/deploy.md): deploy/$path${components:+ + components/$components},"
+    echo "# edgegate $version, install path '$name' (docs/deploy.md): deploy/$resources${components:+ + components: $components},"
     echo "# image $image_name@$digest."
     echo "# kubectl apply --server-side -f $(basename "$manifest")"
     $kustomize "$dir"
@@ -148,22 +166,26 @@ for entry in "${paths[@]}"; do
     exit 1
   }
   images=$(awk '$1 == "image:" { print $2 }' "$manifest" | sort -u)
-  deployments=$(grep -c '^kind: Deployment$' "$manifest" || true)
+  deployments=$(grep -cE '^kind: (Deployment|StatefulSet)$' "$manifest" || true)
   if ((deployments > 0)) && [[ $images != "$image_name@$digest" ]]; then
     echo "release.sh: $name: images are '$images', not $image_name@$digest" >&2
     exit 1
   fi
-  echo "manifest $(basename "$manifest"): $(grep -c '^kind:' "$manifest") objects, $deployments Deployments; $check"
+  echo "manifest $(basename "$manifest"): $(grep -c '^kind:' "$manifest") objects, $deployments workloads; $check"
   manifests+=("$manifest")
 done
 
 # The binaries, one archive each (the binary and LICENSE), dated SOURCE_DATE_EPOCH, and the glibc
 # each needs at least: the highest GLIBC_x.y version among the symbols it imports.
 notes=$out/edgegate-$version-release.txt
+image_glibc=$(awk '$1 == "libc6" { sub(/-.*/, "", $2); print $2 }' "$repo/scripts/image-packages.txt")
+[[ -n $image_glibc ]] || { echo "release.sh: scripts/image-packages.txt pins no libc6" >&2; exit 1; }
 {
   echo "edgegate $version"
   echo
   echo "image: $image_name:v$version = $image_name@$digest (edgegate-image-$version.tar)"
+  echo
+  echo "image packages (Debian 12, scripts/image-packages.txt): $(grep -v '^#' "$repo/scripts/image-packages.txt" | awk 'NF { printf "%s%s=%s", sep, $1, $2; sep = ", " }'); its glibc $image_glibc"
   echo
   echo "binaries (linux amd64, dynamically linked against glibc):"
 } >"$notes"
@@ -177,6 +199,11 @@ for b in "${binaries[@]}"; do
     -cf - "$b" LICENSE | gzip -n -9 >"$archive"
   floor=$(objdump -T "$bin_dir/$b" | grep -o 'GLIBC_[0-9][0-9.]*' | sed 's/GLIBC_//' | sort -uV | tail -n1)
   [[ -n $floor ]] || { echo "release.sh: $b imports no GLIBC_ symbol version (static?)" >&2; exit 1; }
+  # The image's glibc (libc6's upstream version, pinned) must be at least what the binary needs.
+  if [[ $(printf '%s\n%s\n' "$floor" "$image_glibc" | sort -V | tail -n1) != "$image_glibc" ]]; then
+    echo "release.sh: $b needs glibc >= $floor; the image's (scripts/image-packages.txt) is $image_glibc" >&2
+    exit 1
+  fi
   echo "  $(basename "$archive"): glibc >= $floor ($(du -h "$archive" | cut -f1))" | tee -a "$notes"
 done
 push="$crane push $image $image_name:v$version"

@@ -498,17 +498,20 @@ async fn sharded_fleet() {
         started.elapsed()
     );
     tokio::time::sleep(Duration::from_secs(10)).await;
+    let (mut shares, mut rss) = (Vec::new(), Vec::new());
     for pod in &pods {
         let scrape = metrics(&pod.process);
         let projects = gauge(&scrape, "edgegate_producer_projects{state=\"synced\"} ");
+        let mib = rss_mib(&pod.process);
         eprintln!(
-            "fleet: replica {}: {projects} projects ({:.0} % of {total}), {} buckets, RSS {} MiB, {} sockets",
+            "fleet: replica {}: {projects} projects ({:.0} % of {total}), {} buckets, RSS {mib} MiB, {} sockets",
             pod.name,
             projects as f64 * 100.0 / total as f64,
             gauge(&scrape, "edgegate_producer_buckets_held "),
-            rss_mib(&pod.process),
             sockets(pod)
         );
+        shares.push((pod.name.clone(), projects));
+        rss.push(mib);
     }
 
     // Stopped (SIGTERM), as a rolling update or a scale-in stops the StatefulSet's last Pod: its
@@ -544,11 +547,34 @@ async fn sharded_fleet() {
     .await;
     let taken = kill.elapsed();
     eventually(Duration::from_secs(600), "every project whole again", async || whole(&pods).await).await;
+    let whole_again = kill.elapsed();
     eprintln!(
-        "fleet: SIGKILL of a replica: its buckets taken over after {taken:?}, every project whole again after {:?} (goals 20 s / 60 s)",
-        kill.elapsed()
+        "fleet: SIGKILL of a replica: its buckets taken over after {taken:?}, every project whole again after {whole_again:?} (goals 20 s / 60 s)"
     );
     drop(killed);
+
+    // The goals (docs/sharding.md, "At fleet scale"): the script exits non-zero when one is missed.
+    // The shares and RSS at the size they are stated for (1,000 projects; a few dozen split over
+    // 256 buckets need not come out even); the handover and the takeover at any size.
+    if total >= 1_000 {
+        let third = total as f64 / 3.0;
+        for (name, projects) in &shares {
+            let off = (*projects as f64 - third).abs() / third * 100.0;
+            assert!(off <= 20.0, "replica {name}: {projects} projects, {off:.0} % off P/3 ({third:.0}), over 20 %");
+        }
+        let (least, most) = (rss.iter().copied().min().unwrap_or(0), rss.iter().copied().max().unwrap_or(0));
+        assert!(most as f64 <= least as f64 * 1.2, "replicas' RSS {least}–{most} MiB, not within 20 % of each other");
+    }
+    assert!(!handover.is_empty(), "the stopped replica logged no end of its handover");
+    assert!(
+        exited <= Duration::from_secs(30),
+        "the stopped replica exited {exited:?} after SIGTERM, over the 30 s grace"
+    );
+    assert!(taken <= Duration::from_secs(20), "the killed replica's buckets taken over after {taken:?}, over 20 s");
+    assert!(
+        whole_again <= Duration::from_secs(60),
+        "every project whole again {whole_again:?} after the kill, over 60 s"
+    );
 }
 
 /// An admission webhook for EdgeReachability on the hub that answers each review after a delay:

@@ -728,7 +728,16 @@ async fn a_copy_served_again_while_the_producer_is_down_is_kept() {
     })
     .await;
     eprintln!("producer restarted: record names the address again after {took:?}");
-    tokio::time::sleep(withdraw_after + grace + Duration::from_secs(3)).await;
+    // The state that would act: a pass over the copy once the producer has watched the project
+    // whole for withdraw-after + grace (counted from its start at the latest), brought by a
+    // change to the copy (a label), as any change to it brings one.
+    tokio::time::sleep_until((started + withdraw_after + grace + Duration::from_secs(1)).into()).await;
+    let passes = || counter(&metrics(&producer.process), "edgegate_prune_pass_duration_seconds_count");
+    let before = passes();
+    let copies: Api<EndpointSlice> = Api::namespaced(hub.clone(), hub_ns);
+    let touch = json!({"metadata": {"labels": {"touched": "yes"}}});
+    copies.patch("vm-1", &PatchParams::default(), &Patch::Merge(&touch)).await.expect("label the copy");
+    eventually(Duration::from_secs(10), "a pass over the touched copy", async || passes() > before).await;
     assert!(
         exists(hub, hub_ns, "vm-1").await,
         "copy of an address served again deleted after the producer came back (log: {})",

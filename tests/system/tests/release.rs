@@ -50,15 +50,25 @@ async fn a_release_packages_what_it_pins_and_installs() {
     eprintln!("scripts/release.sh {version} (debug binaries) in {:?}:\n{said}", started.elapsed());
 
     // Every file the docs name, and the checksums hold for all of them.
+    // Every install path docs/deploy.md names, and whether it enforces (release.sh's list).
     let paths = [
-        "observe",
-        "enforce",
-        "karmada-hub-observe",
-        "karmada-hub-enforce",
-        "karmada-host-observe",
-        "karmada-host-enforce",
+        ("observe", false),
+        ("enforce", true),
+        ("producer", true),
+        ("producer-milo", true),
+        ("producer-milo-sharded", true),
+        ("monitoring", true),
+        ("producer-milo-monitoring", true),
+        ("karmada-hub-observe", false),
+        ("karmada-hub-enforce", true),
+        ("karmada-host-observe", false),
+        ("karmada-host-enforce", true),
+        ("karmada-hub-producer", true),
+        ("karmada-host-producer", true),
+        ("milo-grant", false),
+        ("project-grant", false),
     ];
-    let mut expected: Vec<String> = paths.iter().map(|p| format!("edgegate-{p}-{version}.yaml")).collect();
+    let mut expected: Vec<String> = paths.iter().map(|(p, _)| format!("edgegate-{p}-{version}.yaml")).collect();
     expected.extend(BINARIES.iter().map(|b| format!("{b}-{version}-linux-amd64.tar.gz")));
     expected.extend([format!("edgegate-image-{version}.tar"), format!("edgegate-{version}-release.txt")]);
     let sums = std::fs::read_to_string(dist.join(format!("edgegate-{version}-SHA256SUMS"))).expect("SHA256SUMS");
@@ -86,15 +96,14 @@ async fn a_release_packages_what_it_pins_and_installs() {
     let pinned = format!("{IMAGE}@{digest}");
     let notes = std::fs::read_to_string(dist.join(format!("edgegate-{version}-release.txt"))).expect("release notes");
     assert!(notes.contains(&pinned), "the release notes name {pinned}:\n{notes}");
-    for path in paths {
+    for (path, enforcing) in paths {
         let manifest = std::fs::read_to_string(dist.join(format!("edgegate-{path}-{version}.yaml"))).expect("manifest");
         let images: Vec<&str> = manifest.lines().filter_map(|l| l.trim().strip_prefix("image: ")).collect();
-        let deployments = manifest.lines().filter(|l| *l == "kind: Deployment").count();
-        assert_eq!(images.len(), deployments, "{path}: one image per Deployment");
+        let workloads = manifest.lines().filter(|l| *l == "kind: Deployment" || *l == "kind: StatefulSet").count();
+        assert_eq!(images.len(), workloads, "{path}: one image per workload");
         assert!(images.iter().all(|i| *i == pinned), "{path}: {images:?}, not {pinned}");
         // Each step is what its name says: the webhook configuration fails closed and the
-        // webhook refuses only in the enforce step.
-        let enforcing = path.ends_with("-enforce") || path == "enforce";
+        // webhook refuses only where the path enforces.
         let (policy, mode) = if enforcing { ("Fail", "deny") } else { ("Ignore", "warn") };
         let webhook_configurations = manifest.matches("kind: ValidatingWebhookConfiguration").count();
         assert_eq!(manifest.matches(&format!("failurePolicy: {policy}")).count(), webhook_configurations, "{path}");
@@ -103,8 +112,9 @@ async fn a_release_packages_what_it_pins_and_installs() {
             .skip(1)
             .filter_map(|rest| rest.lines().next()?.trim().strip_prefix("value: "))
             .collect();
-        assert!(modes.iter().all(|m| *m == mode) && modes.len() == usize::from(deployments > 0), "{path}: {modes:?}");
-        eprintln!("{path}: {deployments} Deployments on {pinned}");
+        // Only the webhook's container says its mode, and every path with workloads runs one.
+        assert!(modes.iter().all(|m| *m == mode) && modes.len() == usize::from(workloads > 0), "{path}: {modes:?}");
+        eprintln!("{path}: {workloads} workloads on {pinned}");
     }
 
     // Each binary's glibc floor, stated in the notes, is what objdump reads from its binary.
@@ -126,13 +136,17 @@ async fn a_release_packages_what_it_pins_and_installs() {
     let cp = shared();
     let client = cp.client().await;
     cert_manager_stand_ins(cp).await;
+    // components/monitoring's kinds, as stand-ins too.
+    for (kind, plural) in [("PodMonitor", "podmonitors"), ("PrometheusRule", "prometheusrules")] {
+        stand_in_crd(&client, "monitoring.coreos.com", kind, plural).await;
+    }
     namespace(&client, "edgegate-system", &[]).await;
     let kubectl = |args: &[&str]| {
         let mut cmd = Command::new("kubectl");
         cmd.arg("--kubeconfig").arg(&cp.kubeconfig).args(args);
         cmd
     };
-    for path in paths {
+    for (path, _) in paths {
         let file = dist.join(format!("edgegate-{path}-{version}.yaml"));
         let file = file.to_str().expect("utf-8 path");
         let started = Instant::now();

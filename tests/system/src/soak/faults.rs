@@ -53,9 +53,11 @@ pub const DELAY_COLLECTION: [&str; 7] = [
 
 /// The faults that can explain refusing an address long served (invariant 1's refusal half): a
 /// record emptied by hand (until the producer puts it right), anything that restarts the
-/// webhook's view, and a project's owner gone or moving (an address served since is recorded
-/// once its new owner has listed the project), each only for the projects it reaches.
-pub const EXCUSE_REFUSAL: [&str; 8] = [
+/// webhook's view, a project's owner gone or moving (an address served since is recorded once its
+/// new owner has listed the project), and a project cut off (an address served meanwhile is
+/// recorded once it answers again), each only for the projects it reaches. A refusal delays a
+/// copy; it withdraws nothing.
+pub const EXCUSE_REFUSAL: [&str; 10] = [
     "record-hand-edit",
     "hub-restart",
     "webhook-kill",
@@ -64,6 +66,8 @@ pub const EXCUSE_REFUSAL: [&str; 8] = [
     "producer-stop",
     "producer-scale",
     "producer-rolling",
+    "project-unreachable",
+    "milo-project-fault",
 ];
 
 /// A fault: its kind, when it began and (once over) when it ended, and the projects it reaches
