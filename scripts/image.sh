@@ -7,12 +7,13 @@
 #   layer 2: /usr/local/bin/{edgegate-webhook,edgegate-pruner,edgegate-producer,edgegate};
 # run as 65532:65532 with the webhook as entrypoint, as the Dockerfile's image.
 #
-#   scripts/image.sh [--bin-dir DIR] [--out FILE]
+#   scripts/image.sh [--bin-dir DIR] [--out FILE] [--test-build]
 #
 # --bin-dir: where the four binaries are (default: target/release, after `cargo build --release
 # --locked -p edgegate -p edgegate-webhook -p edgegate-pruner -p edgegate-producer`: the four
 # packages alone, so no test package's features reach them). --out: the archive (default:
-# target/edgegate-image.tar). Prints the image digest (sha256:...) and the archive's path, one a
+# target/edgegate-image.tar). --test-build: the binaries are a test's own, whose producer has the
+# `--test-only-*` flags; without it such a producer fails the build. Prints the image digest (sha256:...) and the archive's path, one a
 # line.
 #
 # Reproducible: the same binaries, packages, commit and SOURCE_DATE_EPOCH (default 0, the time of
@@ -24,6 +25,7 @@ umask 022
 repo=$(cd "$(dirname "$0")/.." && pwd)
 target=${CARGO_TARGET_DIR:-$repo/target}
 bin_dir=
+test_build=0
 out=$target/edgegate-image.tar
 while [[ $# -gt 0 ]]; do
   case $1 in
@@ -31,6 +33,7 @@ while [[ $# -gt 0 ]]; do
     --bin-dir=*) bin_dir=${1#*=}; shift ;;
     --out) out=$2; shift 2 ;;
     --out=*) out=${1#*=}; shift ;;
+    --test-build) test_build=1; shift ;;
     -h | --help) sed -n '2,/^set -e/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) echo "image.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
@@ -67,6 +70,13 @@ fi
 for b in edgegate-webhook edgegate-pruner edgegate-producer edgegate; do
   [[ -x $bin_dir/$b ]] || { echo "image.sh: $bin_dir/$b is missing" >&2; exit 1; }
 done
+# A producer built with the test packages' features (`cargo build --workspace`) has switches that
+# turn off its fences and grace: never in an image, unless it is a test's own.
+if ((test_build == 0)) && [[ $("$bin_dir/edgegate-producer" --help 2>&1 || true) == *test-only* ]]; then
+  echo "image.sh: $bin_dir/edgegate-producer has --test-only-* flags (built with the test package's features):" \
+    "build the four packages by name (cargo build --release --locked -p edgegate -p edgegate-webhook -p edgegate-pruner -p edgegate-producer)" >&2
+  exit 1
+fi
 
 # The packages, at the versions scripts/image-packages.txt pins, each .deb downloaded once into
 # the cache.
@@ -76,7 +86,7 @@ mkdir -p "$debs"
 exec 8>"$debs/.lock"
 flock 8
 candidate() { apt-cache policy "$1" | awk '$1 == "Candidate:" { print $2 }'; }
-download() { (cd "$debs/.partial" && apt-get download -qq -o APT::Sandbox::User=root "$1=$2") >&2; }
+download() { (cd "$debs/.partial" && apt-get download -qq -o APT::Sandbox::User=root "$1=$2" </dev/null) >&2; }
 deb_files=()
 notes=()
 while read -r pkg version; do
@@ -86,7 +96,7 @@ while read -r pkg version; do
     # Into a fresh directory first, so an interrupted download never leaves a cut .deb behind.
     rm -rf "$debs/.partial" && mkdir "$debs/.partial"
     if ! download "$pkg" "$version" 2>/dev/null; then
-      apt-get update -qq >&2
+      apt-get update -qq </dev/null >&2
       if ! download "$pkg" "$version"; then
         echo "image.sh: $pkg $version, pinned in scripts/image-packages.txt, is not in the archive any more" \
           "(apt offers $(candidate "$pkg")): move the pin as docs/from-source.md says" >&2

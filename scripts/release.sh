@@ -2,7 +2,7 @@
 # Build a release of edgegate from this checkout into dist/. Nothing is pushed or tagged: the
 # commands that publish it are printed at the end.
 #
-#   scripts/release.sh VERSION [--bin-dir DIR] [--out DIR] [--skip-min-version]
+#   scripts/release.sh VERSION [--bin-dir DIR] [--test-build] [--out DIR] [--skip-min-version]
 #
 # VERSION (0.2.0 or v0.2.0) must be the workspace's version in Cargo.toml and have a section in
 # CHANGELOG.md. It writes, into --out (default dist/):
@@ -28,9 +28,10 @@
 #
 # --bin-dir: the four binaries already built (default: `cargo build --release --locked -p edgegate
 # -p edgegate-webhook -p edgegate-pruner -p edgegate-producer` first, into target/release: the four
-# packages alone, so tests/system's `test-only-*` features never reach them; the
-# release fails if the producer lists or accepts such a flag). The tests package debug binaries this way
-# (tests/system/tests/release.rs, with --skip-min-version): the same code, smaller figures.
+# packages alone, so tests/system's `test-only-*` features never reach them; the release fails
+# if the producer lists or accepts such a flag, unless --test-build says these are a test's own).
+# The tests package debug binaries this way (tests/system/tests/release.rs, with --test-build
+# --skip-min-version): the same code, smaller figures.
 # Reproducible, as scripts/image.sh is: SOURCE_DATE_EPOCH (default 0) dates the archives' files.
 #
 # Needs: cargo, go, kubectl (kustomize built in; EDGEGATE_KUSTOMIZE="kustomize build" as in the
@@ -44,6 +45,7 @@ version=
 bin_dir=
 out=$repo/dist
 min_version=1
+test_build=0
 while [[ $# -gt 0 ]]; do
   case $1 in
     --bin-dir) bin_dir=$2; shift 2 ;;
@@ -51,12 +53,13 @@ while [[ $# -gt 0 ]]; do
     --out) out=$2; shift 2 ;;
     --out=*) out=${1#*=}; shift ;;
     --skip-min-version) min_version=0; shift ;;
+    --test-build) test_build=1; shift ;;
     -h | --help) sed -n '2,/^set -e/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     -*) echo "release.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
     *) [[ -z $version ]] || { echo "release.sh: one VERSION only" >&2; exit 2; }; version=${1#v}; shift ;;
   esac
 done
-[[ -n $version ]] || { echo "usage: scripts/release.sh VERSION [--bin-dir DIR] [--out DIR] [--skip-min-version]" >&2; exit 2; }
+[[ -n $version ]] || { echo "usage: scripts/release.sh VERSION [--bin-dir DIR] [--test-build] [--out DIR] [--skip-min-version]" >&2; exit 2; }
 for tool in kubectl objdump sha256sum tar gzip go; do
   command -v "$tool" >/dev/null || { echo "release.sh: needs $tool on PATH" >&2; exit 2; }
 done
@@ -75,9 +78,6 @@ started=$(date +%s)
 if [[ -z $bin_dir ]]; then
   (cd "$repo" && cargo build --release --locked -p edgegate -p edgegate-webhook -p edgegate-pruner -p edgegate-producer) >&2
   bin_dir=$target/release
-  test_build=0
-else
-  test_build=1
 fi
 binaries=(edgegate edgegate-webhook edgegate-pruner edgegate-producer)
 for b in "${binaries[@]}"; do
@@ -86,8 +86,9 @@ for b in "${binaries[@]}"; do
   [[ $said == *" $version"* ]] || { echo "release.sh: $b --version says '$said', not $version" >&2; exit 1; }
 done
 # The switches that turn every fence off and skip the grace exist only behind cargo features the
-# tests enable: a producer built for release neither lists them nor accepts them. (--bin-dir is
-# how the tests package their own debug build, which has them: said, not refused.)
+# tests enable: a producer built for release neither lists them nor accepts them, whatever
+# --bin-dir says. (--test-build is how the tests package their own debug build, which has them:
+# said, not refused; its image.sh is told the same.)
 fence_help=$("$bin_dir/edgegate-producer" --help 2>&1 || true)
 for flag in --test-only-break-the-fence --test-only-skip-the-grace; do
   fence_said=$("$bin_dir/edgegate-producer" --shard --prune "$flag" --version 2>&1 || true)
@@ -108,7 +109,9 @@ trap 'rm -rf "$work"' EXIT
 
 # The image, and its digest read back from the archive by crane (what `crane push` will push).
 image=$out/edgegate-image-$version.tar
-image_out=$("$repo/scripts/image.sh" --bin-dir "$bin_dir" --out "$image")
+image_flags=(--bin-dir "$bin_dir" --out "$image")
+((test_build == 0)) || image_flags+=(--test-build)
+image_out=$("$repo/scripts/image.sh" "${image_flags[@]}")
 digest=$(head -n1 <<<"$image_out")
 crane=$("$repo/tests/crane/build.sh")
 read_back=$("$crane" digest --tarball "$image")

@@ -60,6 +60,9 @@ pub struct Audit {
     pub writes: usize,
     /// Copy DELETEs checked.
     pub deletes: usize,
+    /// A replica's copy DELETEs answered but not checked: without a precondition uid, or whose
+    /// deletion the watch did not see.
+    pub unmatched: usize,
     /// Fence changes seen.
     pub fence_changes: usize,
     /// Member Lease renewals (writes that change only the renewal), by how many members, and the
@@ -85,6 +88,7 @@ pub fn audit(log: &str, project_of: &BTreeMap<String, String>, deleted: &Deletio
     let mut member_writes: BTreeMap<String, (String, Vec<jiff::Timestamp>)> = BTreeMap::new();
     let mut member_changes = 0;
     let mut writes = Vec::new();
+    let mut unmatched = 0;
     for event in log.lines().filter_map(|l| serde_json::from_str::<Value>(l).ok()) {
         let code = event["responseStatus"]["code"].as_u64().unwrap_or(0);
         if event["stage"] != "ResponseComplete" || !(200..300).contains(&code) {
@@ -96,11 +100,15 @@ pub fn audit(log: &str, project_of: &BTreeMap<String, String>, deleted: &Deletio
             let writer = pod(&event);
             let (namespace, uid) =
                 (object["namespace"].as_str(), event["requestObject"]["preconditions"]["uid"].as_str());
-            if let (Some(writer), Some(namespace), Some(uid)) = (writer, namespace, uid) {
-                let revision = deleted.get(uid).copied();
-                // A DELETE the watch did not see end (it did not happen): nothing to check.
-                if let (Some(revision), Some(time)) = (revision, received(&event)) {
-                    writes.push((revision, time, "delete", writer, namespace.to_owned()));
+            if let (Some(writer), Some(namespace)) = (writer, namespace) {
+                let revision = uid.and_then(|uid| deleted.get(uid)).copied();
+                // Without preconditions, or one the watch did not see end (it did not happen, or
+                // the watch missed it): not checked, but counted.
+                match (revision, received(&event)) {
+                    (Some(revision), Some(time)) => {
+                        writes.push((revision, time, "delete", writer, namespace.to_owned()))
+                    }
+                    _ => unmatched += 1,
                 }
             }
             continue;
@@ -157,7 +165,7 @@ pub fn audit(log: &str, project_of: &BTreeMap<String, String>, deleted: &Deletio
     fences.values_mut().for_each(|f| f.sort_unstable());
     single.sort_unstable();
     deadlines.values_mut().for_each(|d| d.sort_unstable());
-    let mut audit = Audit { fence_changes: fences.values().map(Vec::len).sum(), ..Audit::default() };
+    let mut audit = Audit { fence_changes: fences.values().map(Vec::len).sum(), unmatched, ..Audit::default() };
     audit.member_changes = member_changes;
     for (_, times) in member_writes.values() {
         let span = match (times.iter().min(), times.iter().max()) {

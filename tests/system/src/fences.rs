@@ -13,10 +13,18 @@ use kube::{Api, Client};
 
 use crate::fence_audit::Deletions;
 
-/// Each bucket's fence holder, as the hub has it now.
+/// Each bucket's fence holder, as the hub has it now (a failed list tried again for 30 s: the
+/// hub may be restarting).
 pub async fn holders(hub: &Client) -> BTreeMap<Bucket, Option<String>> {
     let leases: Api<Lease> = Api::namespaced(hub.clone(), "edgegate-system");
-    let listed = leases.list(&Default::default()).await.expect("list leases");
+    let started = std::time::Instant::now();
+    let listed = loop {
+        match leases.list(&Default::default()).await {
+            Ok(listed) => break listed,
+            Err(e) if started.elapsed() > std::time::Duration::from_secs(30) => panic!("listing the Leases: {e}"),
+            Err(_) => tokio::time::sleep(std::time::Duration::from_millis(500)).await,
+        }
+    };
     let mut fences: BTreeMap<Bucket, Option<String>> = (0..BUCKETS).map(|b| (b, None)).collect();
     for lease in listed {
         let name = lease.metadata.name.unwrap_or_default();
@@ -42,7 +50,8 @@ pub fn watch_deletions(hub: &Client) -> Arc<Mutex<Deletions>> {
     let deleted = Arc::new(Mutex::new(Deletions::new()));
     let (api, into) = (Api::<EndpointSlice>::all(hub.clone()), Arc::clone(&deleted));
     tokio::spawn(async move {
-        let mut events = std::pin::pin!(kube::runtime::watcher(api, Default::default()));
+        use kube::runtime::WatchStreamExt;
+        let mut events = std::pin::pin!(kube::runtime::watcher(api, Default::default()).default_backoff());
         while let Some(event) = events.next().await {
             if let Ok(kube::runtime::watcher::Event::Delete(slice)) = event {
                 let revision = slice.metadata.resource_version.as_deref().and_then(|r| r.parse().ok());

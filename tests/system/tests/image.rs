@@ -181,7 +181,13 @@ async fn image_is_reproducible_and_its_binaries_run_from_it() {
 fn build_image(bins: &Path, out: &Path) -> (String, Duration) {
     let started = Instant::now();
     let output = run_bounded(
-        Command::new(repo().join("scripts/image.sh")).arg("--bin-dir").arg(bins).arg("--out").arg(out),
+        // The test's own binaries: their producer has the test-only flags.
+        Command::new(repo().join("scripts/image.sh"))
+            .arg("--bin-dir")
+            .arg(bins)
+            .arg("--out")
+            .arg(out)
+            .arg("--test-build"),
         // Cold: the builder is compiled and the packages are fetched first.
         1200,
     );

@@ -39,6 +39,7 @@ async fn a_release_packages_what_it_pins_and_installs() {
             .arg(version)
             .arg("--bin-dir")
             .arg(&bins)
+            .arg("--test-build")
             .arg("--out")
             .arg(&dist)
             .arg("--skip-min-version"),

@@ -215,7 +215,8 @@ impl Churn {
         let deleted = loop {
             match hub.delete(&hub_ns, &DeleteParams::default()).await {
                 Ok(_) => break Ok(()),
-                Err(kube::Error::Api(s)) if s.code == 404 => break Ok(()),
+                // Gone, or already terminating (a deletion answered but its answer lost).
+                Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => break Ok(()),
                 Err(e) if started.elapsed() > Duration::from_secs(60) => break Err(e),
                 Err(_) => tokio::time::sleep(Duration::from_millis(500)).await,
             }

@@ -95,6 +95,10 @@ impl Timeline {
         windows.push(Window { kind, began: Instant::now(), ended: None, only: None });
         windows.len() - 1
     }
+    /// The fault in window `i` begins now (after its target was chosen, which may have waited).
+    fn begins_now(&self, i: usize) {
+        self.0.lock().expect("timeline")[i].began = Instant::now();
+    }
     /// The fault in window `i` reaches only `projects`.
     fn only(&self, i: usize, projects: impl IntoIterator<Item = String>) {
         self.0.lock().expect("timeline")[i].only = Some(projects.into_iter().collect());
@@ -147,8 +151,12 @@ pub async fn inject(kind: &'static str, world: &mut World, churn: &tokio::sync::
         "producer-kill" => {
             // Killed, its Pod made again under its name at once: it takes its buckets back once
             // its old member Lease has gone unrenewed for its duration (or the others take them).
+            // Chosen once the buckets are where the replicas rank them (they may still be moving
+            // after the fault before), so that the projects it reaches are the ones it holds.
+            until_ranked(world, "the buckets settled before a kill").await;
             let i = world.busiest_producer().await;
             timeline.only(window, held_projects(world, i).await);
+            timeline.begins_now(window);
             let pid = world.producers[i].as_ref().map(|p| p.pid()).expect("the target runs");
             signal(pid, "KILL");
             eventually(Duration::from_secs(5), "the killed replica gone", async || exited(pid)).await;
@@ -160,8 +168,10 @@ pub async fn inject(kind: &'static str, world: &mut World, churn: &tokio::sync::
         "producer-stop" => {
             // Past its member Lease (16 s): the others take its buckets, and the woken one must
             // write and delete nothing on its stale view until it has taken them back.
+            until_ranked(world, "the buckets settled before a stop").await;
             let i = world.busiest_producer().await;
             timeline.only(window, held_projects(world, i).await);
+            timeline.begins_now(window);
             let (pid, name) = world.producers[i].as_ref().map(|p| (p.pid(), p.name.clone())).expect("the target runs");
             signal(pid, "STOP");
             let took = eventually(Duration::from_secs(45), "the stopped replica's buckets taken", async || {
@@ -175,6 +185,10 @@ pub async fn inject(kind: &'static str, world: &mut World, churn: &tokio::sync::
         "producer-scale" => {
             // 3 → 4: the new replica takes its buckets from the others (soak-p2 and soak-p10
             // among them); 4 → 3 by SIGTERM: it hands them back.
+            // It reaches the projects that move to the fourth replica and back, and only those:
+            // rendezvous hashing moves nothing between the others.
+            let fourth: Vec<String> = (0..=REPLICAS).map(|i| format!("edgegate-producer-{i}")).collect();
+            timeline.only(window, PROJECTS.iter().filter(|p| moves_to(p, &fourth)).map(|p| (*p).to_owned()));
             world.start_producer(REPLICAS).await;
             until_ranked(world, "a fourth replica's buckets taken").await;
             let held = world.projects_held().await;
@@ -220,6 +234,7 @@ pub async fn inject(kind: &'static str, world: &mut World, churn: &tokio::sync::
             // others answer: its records stay as they are, and the others' work goes on.
             let project = churn.lock().await.busiest_project().expect("a project with namespaces");
             timeline.only(window, [project.to_owned()]);
+            timeline.begins_now(window);
             let asked = || world.milo.requests().get(project).copied().unwrap_or_default();
             let before = asked();
             world.milo.set_fault(project, Some(crate::milo::Fault::Silent));
@@ -254,6 +269,13 @@ async fn held_projects(world: &World, i: usize) -> Vec<String> {
         .collect()
 }
 
+/// Whether rendezvous hashing gives project `p`'s bucket to the last of `members`.
+fn moves_to(p: &str, members: &[String]) -> bool {
+    let bucket = edgegate::core::shard::bucket(p);
+    let ranked = edgegate::core::shard::rank(bucket, members.iter().map(String::as_str));
+    ranked.first() == members.last().map(String::as_str).as_ref()
+}
+
 /// Wait until every bucket is held as the running replicas rank it (60 s: a member Lease's
 /// duration and a look, twice).
 async fn until_ranked(world: &World, what: &str) {
@@ -261,21 +283,27 @@ async fn until_ranked(world: &World, what: &str) {
     eprintln!("soak: {what} in {took:.1?}");
 }
 
-/// Empty the largest record by hand, as a person with `kubectl edit` would (retried through a
-/// hub restart's seconds: the edit must happen).
+/// Empty the largest record by hand, as a person with `kubectl edit` would: chosen and edited
+/// again until an edit is answered (a list failing just after a hub restart, a record empty
+/// after a burst, a namespace deleted meanwhile are each tried again), within 30 s.
 async fn hand_edit(world: &World) {
     let api: Api<edgegate::EdgeReachability> = Api::all(world.hub.clone());
-    let records = api.list(&Default::default()).await.map(|l| l.items).unwrap_or_default();
-    let record = records.iter().max_by_key(|r| r.entries().len()).expect("a record to edit");
-    assert!(!record.entries().is_empty(), "no record names an address");
-    let ns = record.metadata.namespace.clone().unwrap_or_default();
     let emptied = serde_json::json!({"spec": {"addresses": []}});
-    let namespaced: Api<edgegate::EdgeReachability> = Api::namespaced(world.hub.clone(), &ns);
-    eventually(Duration::from_secs(30), "the record emptied by hand", async || {
-        namespaced.patch("default", &PatchParams::default(), &Patch::Merge(&emptied)).await.is_ok()
+    let mut edited = None;
+    eventually(Duration::from_secs(30), "a record emptied by hand", async || {
+        let records = api.list(&Default::default()).await.map(|l| l.items).unwrap_or_default();
+        let Some(record) = records.iter().filter(|r| !r.entries().is_empty()).max_by_key(|r| r.entries().len()) else {
+            return false;
+        };
+        let ns = record.metadata.namespace.clone().unwrap_or_default();
+        let namespaced: Api<edgegate::EdgeReachability> = Api::namespaced(world.hub.clone(), &ns);
+        let done = namespaced.patch("default", &PatchParams::default(), &Patch::Merge(&emptied)).await.is_ok();
+        edited = done.then(|| (ns, record.entries().len()));
+        done
     })
     .await;
-    eprintln!("soak: emptied the record of {ns} ({} addresses) by hand", record.entries().len());
+    let (ns, n) = edited.unwrap_or_default();
+    eprintln!("soak: emptied the record of {ns} ({n} addresses) by hand");
 }
 
 /// The faults in a seeded order: each kind once per cycle.

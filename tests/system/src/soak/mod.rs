@@ -278,14 +278,25 @@ pub async fn run(config: Config) -> Report {
         &deletions.lock().expect("deletions"),
     );
     eprintln!(
-        "soak: fences: {} record writes and {} copy DELETEs against {} fence changes, {} outside the writer's fence or deadline",
+        "soak: fences: {} record writes and {} copy DELETEs against {} fence changes, {} outside the writer's fence or deadline; {} DELETEs not matched to their deletion",
         audit.writes,
         audit.deletes,
         audit.fence_changes,
-        audit.overlaps.len()
+        audit.overlaps.len(),
+        audit.unmatched
     );
     for overlap in &audit.overlaps {
         violations.push(checker::Violation { invariant: 6, at: started.elapsed(), what: format!("{overlap:?}") });
+    }
+    if audit.deletes == 0 && findings.deleted_by_pruner > 0 {
+        violations.push(checker::Violation {
+            invariant: 6,
+            at: started.elapsed(),
+            what: format!(
+                "the producers deleted {} copies, the fence auditor checked none",
+                findings.deleted_by_pruner
+            ),
+        });
     }
     if audit.writes == 0 {
         violations.push(checker::Violation {
