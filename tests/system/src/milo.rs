@@ -41,7 +41,8 @@ const PREFIX: &str = "/apis/resourcemanager.miloapis.com/v1alpha1/projects/";
 pub enum Fault {
     /// This status, at once.
     Status(u16),
-    /// Nothing: the request is held open, unanswered, until the fault is lifted.
+    /// Nothing: the request is held open, unanswered, until the fault is lifted; then it goes on
+    /// to the API server, as a backend that stalled and came back answers what it held.
     Silent,
 }
 
@@ -260,14 +261,18 @@ fn upstream_over(server: &str, tls: rustls::ClientConfig) -> Upstream {
 
 type Body = UnsyncBoxBody<Bytes, Box<dyn std::error::Error + Send + Sync>>;
 
-/// What `fault` answers instead of the upstream, if anything (silent: nothing, ever).
-async fn instead(fault: Option<Fault>) -> Option<Response<Body>> {
-    match fault {
-        Some(Fault::Status(code)) => {
-            Some(status(StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)))
+/// What project `key`'s fault answers instead of the upstream, if anything: a status at once;
+/// silent, nothing until the fault is lifted (or changed), and then whatever it is by then.
+async fn instead(key: &str, state: &Arc<Mutex<State>>) -> Option<Response<Body>> {
+    loop {
+        let fault = state.lock().expect("state").faults.get(key).copied();
+        match fault {
+            Some(Fault::Status(code)) => {
+                return Some(status(StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)));
+            }
+            Some(Fault::Silent) => tokio::time::sleep(std::time::Duration::from_millis(100)).await,
+            None => return None,
         }
-        Some(Fault::Silent) => std::future::pending().await,
-        None => None,
     }
 }
 
@@ -300,25 +305,22 @@ async fn proxy(
     let mut cut = None;
     let mut upstream = upstream;
     if project_path(&path).is_none() {
-        let fault = {
-            let mut state = state.lock().expect("state");
-            cut = Some(state.cuts.entry(ROOT.to_owned()).or_default().clone());
-            state.faults.get(ROOT).copied()
-        };
-        if let Some(answer) = instead(fault).await {
+        if let Some(answer) = instead(ROOT, &state).await {
             return Ok(answer);
         }
+        // Taken once past the fault: a request held through one is not ended by it.
+        cut = Some(state.lock().expect("state").cuts.entry(ROOT.to_owned()).or_default().clone());
     }
     if let Some((project, rest)) = project_path(&path) {
-        let (fault, routed) = {
-            let mut state = state.lock().expect("state");
-            *state.requests.entry(project.to_owned()).or_default() += 1;
-            cut = Some(state.cuts.entry(project.to_owned()).or_default().clone());
-            (state.faults.get(project).copied(), state.routes.get(project).cloned())
-        };
-        if let Some(answer) = instead(fault).await {
+        *state.lock().expect("state").requests.entry(project.to_owned()).or_default() += 1;
+        if let Some(answer) = instead(project, &state).await {
             return Ok(answer);
         }
+        let routed = {
+            let mut state = state.lock().expect("state");
+            cut = Some(state.cuts.entry(project.to_owned()).or_default().clone());
+            state.routes.get(project).cloned()
+        };
         if let Some(routed) = routed {
             // A project's own server has no admin of the stand-in's: a certificate's holder is
             // not known there (the tests route token callers only).
