@@ -392,6 +392,9 @@ impl ControlPlane {
         std::fs::write(dir.join("audit-policy.yaml"), policy).expect("audit policy");
         apiserver_args.push(format!("--audit-policy-file={}", d("audit-policy.yaml")));
         apiserver_args.push(format!("--audit-log-path={}", d("audit.log")));
+        // One file, never rotated (the default rotates at 100 MB, which a 30-minute soak passes):
+        // the fence auditor and the write-rate checks read audit.log whole.
+        apiserver_args.push("--audit-log-maxsize=100000".to_owned());
         let apiserver = spawn_guarded(&bin.join("kube-apiserver"), &apiserver_args, &dir.join("kube-apiserver.log"));
         let server = format!("https://127.0.0.1:{secure}");
         let kubeconfig = dir.join("admin.kubeconfig");

@@ -356,6 +356,11 @@ pub async fn run(config: Config) -> Report {
     eprintln!(
         "soak: requests of edgegate's refused while the hub's API server restarted (RBAC not synced yet): {after_restart}"
     );
+    // Each one on a line of its own, as the checker prints those it finds as they happen (the
+    // scripts keep only "soak:" lines): the ones found here, from the logs, too.
+    for v in &violations[findings.violations.len()..] {
+        eprintln!("soak: VIOLATION of invariant {} at the end: {}", v.invariant, v.what);
+    }
     eprintln!("soak: panics {panics}; invariant violations {}", violations.len());
     Report { violations, panics, readiness, faults: timeline.count() }
 }
