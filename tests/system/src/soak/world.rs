@@ -161,19 +161,20 @@ impl World {
         self.producers.iter().flatten().map(|p| p.name.as_str()).collect()
     }
 
-    /// How many of [`PROJECTS`] each running replica's fences hold now, by slot.
-    pub async fn projects_held(&self) -> BTreeMap<usize, usize> {
+    /// Which of [`PROJECTS`] each running replica's fences hold now, by slot.
+    pub async fn projects_held(&self) -> BTreeMap<usize, Vec<String>> {
         let fences = crate::fences::holders(&self.hub).await;
         let mut held = BTreeMap::new();
         for (i, pod) in self.producers.iter().enumerate() {
             let Some(pod) = pod else { continue };
-            let n = PROJECTS
+            let projects = PROJECTS
                 .iter()
                 .filter(|p| {
                     fences.get(&edgegate::core::shard::bucket(p)).is_some_and(|h| h.as_deref() == Some(&pod.name))
                 })
-                .count();
-            held.insert(i, n);
+                .map(|p| (*p).to_owned())
+                .collect();
+            held.insert(i, projects);
         }
         held
     }
@@ -182,8 +183,11 @@ impl World {
     /// must be one holding some (the fault would otherwise miss the projects).
     pub async fn busiest_producer(&self) -> usize {
         let held = self.projects_held().await;
-        let (i, n) =
-            held.iter().max_by_key(|(i, n)| (**n, std::cmp::Reverse(**i))).map(|(i, n)| (*i, *n)).unwrap_or_default();
+        let (i, n) = held
+            .iter()
+            .map(|(i, projects)| (*i, projects.len()))
+            .max_by_key(|(i, n)| (*n, std::cmp::Reverse(*i)))
+            .unwrap_or_default();
         assert!(n > 0, "no producer replica holds a soak project's bucket: {held:?}");
         i
     }
