@@ -7,10 +7,12 @@
 //!    change that stopped it was sent, however late this view received it: the earliest sending
 //!    among its namespace's changes received since the last sample that saw it served, a lower
 //!    bound, which in a burst of held-up writes, the project frozen, can be seconds early and so
-//!    lenient), except a deletion less than 2 s
-//!    after the address was served again following a break longer than that (the news cannot
-//!    have reached the producer's pruning: counted as a race); no write is refused whose address has been
-//!    served, without a break, for that long (outside faults);
+//!    lenient), except a deletion less than [`PROPAGATION`] after the address was served again
+//!    following a break longer than that (the news cannot have reached the producer's pruning:
+//!    counted as a race), and runs of serving shorter than [`PROPAGATION`] (they may begin and end
+//!    between two of the producer's looks at the namespace: counted as blips, [`last_seen_served`]);
+//!    no write is refused whose address has been served, without a break, for that long (outside
+//!    faults);
 //!    A deletion by the producer of a copy whose address the hub's record had named again for more
 //!    than 2 s (by the checker's own watch of the records, which trails the hub) is a violation
 //!    too: so a race is counted only while the record did not name the address yet. A copy seen
@@ -23,7 +25,8 @@
 //!    distribution is reported); and after the settle that ends every run, no copy whose address
 //!    is unserved remains ([`Checker::sweep`]);
 //! 3. never shrink from a partial view: no record loses, while the project is cut off, an
-//!    address that was served when the cut began;
+//!    address served without a break from [`PROPAGATION`] before the cut began until [`LAG`] after
+//!    ([`served_through`]): the producer's view was whole up to the cut and saw it served;
 //! 4. no write storms: each binary writes as its own identity (its Pod's bound token), and the
 //!    hub's audit log shows each producer Pod's deletions per second within its pacing (mod.rs; the
 //!    watch's count is reported too);
@@ -85,8 +88,12 @@ pub struct Findings {
     /// The most deletions by the pruner seen within one second.
     pub peak_deletions_per_second: usize,
     pub record_writes: u64,
-    /// Addresses withdrawn while the project was cut off that had stopped serving before.
+    /// Addresses withdrawn while the project was cut off that were not served throughout the
+    /// cut's beginning: the producer's last whole view may have seen them unserved.
     pub withdrawn_during_cut: usize,
+    /// Copies deleted within the window of a run of serving shorter than [`PROPAGATION`], and of
+    /// no longer one: the producer may never have seen it.
+    pub blips: usize,
     /// Copies deleted less than [`PROPAGATION`] after their address was served again, following
     /// a break longer than the window: a race with news that cannot have reached the pruner.
     pub raced: usize,
@@ -104,6 +111,8 @@ struct Truth {
     served_since: HashMap<(String, String), Instant>,
     /// When each address's last run of being served ended.
     streak_ended: HashMap<(String, String), Instant>,
+    /// Each address's runs of being served that ended in the last [`RUNS_KEPT`]: (began, ended).
+    runs: HashMap<(String, String), Vec<(Instant, Instant)>>,
     /// Since when each address of a copy has not been served.
     unserved_since: HashMap<(String, String), Instant>,
     /// Pods whose address serves but whose copy is not there yet: since when.
@@ -168,12 +177,15 @@ impl Checker {
         let ended: Vec<(String, String)> =
             truth.served_since.keys().filter(|k| !serving.contains(*k)).cloned().collect();
         for k in ended {
-            truth.served_since.remove(&k);
+            let began = truth.served_since.remove(&k).unwrap_or(now);
             let last = truth.last_served.get(&k).copied().unwrap_or(now);
             // Served until the change that ended it was sent: the view may have received it late.
             let last = view.sent_after(&k.0, last).map_or(last, |sent| sent.min(last));
             truth.last_served.insert(k.clone(), last);
-            truth.streak_ended.insert(k, last);
+            truth.streak_ended.insert(k.clone(), last);
+            let runs = truth.runs.entry(k).or_default();
+            runs.retain(|(_, e)| now.saturating_duration_since(*e) < RUNS_KEPT);
+            runs.push((began.min(last), last));
         }
         for k in &serving {
             truth.last_served.insert(k.clone(), now);
@@ -300,7 +312,20 @@ impl Checker {
             self.findings.lock().expect("findings").raced += 1;
             return;
         }
-        if let Some(last) = truth.last_served.get(&addr_key).filter(|t| at.duration_since(**t) < self.window) {
+        let runs = truth.runs.get(&addr_key).map_or(&[][..], Vec::as_slice);
+        let ongoing = truth.served_since.get(&addr_key).copied();
+        let seen = last_seen_served(runs, ongoing, truth.last_served.get(&addr_key).copied());
+        let within = |t: &Instant| at.saturating_duration_since(*t) < self.window;
+        if seen.filter(within).is_none() && truth.last_served.get(&addr_key).is_some_and(within) {
+            drop(truth);
+            eprintln!(
+                "soak: blip: copy {}/{} ({}) deleted within the window of a run of serving shorter than {PROPAGATION:?}",
+                k.0, k.1, addr_key.1
+            );
+            self.findings.lock().expect("findings").blips += 1;
+            return;
+        }
+        if let Some(last) = seen.as_ref().filter(|t| within(t)) {
             let ago = at.duration_since(*last);
             // The checker's own history of the address, to tell its view's lag from edgegate's.
             let before = |t: Option<&Instant>| t.map(|t| format!("{:.1?} before", at.saturating_duration_since(*t)));
@@ -419,9 +444,11 @@ impl Checker {
             // A withdrawal decided before the cut (its hold running out during it) is what the
             // producer saw whole; an address still served when the cut began must stay.
             let truth = self.truth.lock().expect("truth");
-            let (served, decided): (Vec<&String>, Vec<&String>) = before
-                .difference(&now)
-                .partition(|a| truth.last_served.get(&(ns.clone(), (*a).clone())).is_some_and(|t| *t >= cut + LAG));
+            let (served, decided): (Vec<&String>, Vec<&String>) = before.difference(&now).partition(|a| {
+                let k = (ns.clone(), (*a).clone());
+                let runs = truth.runs.get(&k).map_or(&[][..], Vec::as_slice);
+                served_through(runs, truth.served_since.get(&k).copied(), cut - PROPAGATION, cut + LAG)
+            });
             drop(truth);
             self.findings.lock().expect("findings").withdrawn_during_cut += decided.len();
             if !served.is_empty() {
@@ -496,6 +523,30 @@ pub fn raced(at: Instant, served_since: Option<Instant>, streak_ended: Option<In
         && streak_ended.is_none_or(|e| at.saturating_duration_since(e) >= window)
 }
 
+/// How long the runs of serving that ended are kept: past any window or cut judged.
+const RUNS_KEPT: Duration = Duration::from_secs(120);
+
+/// Whether one run of serving (one that ended, of `runs`, or the one going on since `ongoing`)
+/// covered all of `from..=to`.
+pub fn served_through(runs: &[(Instant, Instant)], ongoing: Option<Instant>, from: Instant, to: Instant) -> bool {
+    ongoing.is_some_and(|s| s <= from) || runs.iter().any(|(s, e)| *s <= from && to <= *e)
+}
+
+/// When the address was last served in a run the producer must have seen: one at least
+/// [`PROPAGATION`] long (`last`, the latest sample that saw it served, for the run going on since
+/// `ongoing`). A shorter run may begin and end between two of the producer's looks at its
+/// namespace: its work is level-triggered (each namespace's latest state), so a state it never
+/// computed leaves no trace in it. `None` when no run was that long.
+pub fn last_seen_served(
+    runs: &[(Instant, Instant)],
+    ongoing: Option<Instant>,
+    last: Option<Instant>,
+) -> Option<Instant> {
+    let current = ongoing.zip(last).filter(|(s, l)| l.saturating_duration_since(*s) >= PROPAGATION).map(|(_, l)| l);
+    let ended = runs.iter().filter(|(s, e)| e.saturating_duration_since(*s) >= PROPAGATION).map(|(_, e)| *e).max();
+    current.or(ended)
+}
+
 pub fn new(
     window: Duration,
     collect_within: Duration,
@@ -543,6 +594,47 @@ mod tests {
         ];
         for (served_since, streak_ended, excused) in cases {
             assert_eq!(raced(at, served_since, streak_ended, window), excused, "{served_since:?} {streak_ended:?}");
+        }
+    }
+
+    /// Invariant 3 judges an address only if one run of serving covered the cut's beginning.
+    #[test]
+    fn a_cut_judges_only_what_served_throughout_its_beginning() {
+        let cut = Instant::now() + Duration::from_secs(100);
+        let s = |x: f64| if x < 0.0 { cut - Duration::from_secs_f64(-x) } else { cut + Duration::from_secs_f64(x) };
+        let (from, to) = (cut - PROPAGATION, cut + LAG);
+        let cases = [
+            // (ended runs, going on since, judged)
+            (vec![], Some(s(-10.0)), true),          // served long before the cut, still
+            (vec![(s(-10.0), s(5.0))], None, true),  // served long before, stopped during it
+            (vec![(s(-10.0), s(0.2))], None, false), // stopped just after it began: may be seen
+            (vec![(s(-1.0), s(5.0))], None, false),  // began serving just before: may be unseen
+            (vec![(s(-10.0), s(-1.0))], Some(s(0.7)), false), // stopped before, served again during it
+            (vec![(s(-10.0), s(-1.0)), (s(1.0), s(2.0))], None, false),
+            (vec![], Some(s(-2.0)), false), // began within PROPAGATION before
+            (vec![], None, false),          // never served
+        ];
+        for (runs, ongoing, judged) in cases {
+            assert_eq!(served_through(&runs, ongoing, from, to), judged, "{runs:?} {ongoing:?}");
+        }
+    }
+
+    /// Invariant 1 dates an address's last serving by its last run long enough to be seen.
+    #[test]
+    fn a_blip_shorter_than_propagation_is_not_judged() {
+        let t = Instant::now();
+        let s = |x: u64| t + Duration::from_millis(x);
+        let cases = [
+            // (ended runs, going on since, last sample, last seen served)
+            (vec![(s(0), s(600))], None, None, None), // the soak's blip: 0.6 s
+            (vec![(s(0), s(5000)), (s(6000), s(6600))], None, None, Some(s(5000))), // a blip after a run
+            (vec![(s(0), s(3000))], None, None, Some(s(3000))), // exactly PROPAGATION: seen
+            (vec![], Some(s(0)), Some(s(4000)), Some(s(4000))), // going on for 4 s
+            (vec![(s(0), s(5000))], Some(s(6000)), Some(s(7000)), Some(s(5000))), // going on for 1 s
+            (vec![], None, None, None),
+        ];
+        for (runs, ongoing, last, seen) in cases {
+            assert_eq!(last_seen_served(&runs, ongoing, last), seen, "{runs:?} {ongoing:?} {last:?}");
         }
     }
 }
