@@ -3,6 +3,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
+use std::time::Duration;
 
 use edgegate::Slice;
 use edgegate::core::project::{HttpProxy, NamespaceMeta, NetworkInterface, NetworkService};
@@ -38,6 +39,9 @@ pub struct Engaged {
     shutdown: CancellationToken,
     /// Sharing (`--shard`): the projects offered, of which only the buckets' told are watched.
     shard: Option<Arc<Offered>>,
+    /// With `--prune`: each project's index remembers every answer its events make, for this
+    /// long (`--withdraw-after` + `--grace`), for the evidence.
+    remember: Option<Duration>,
 }
 
 /// Every project discovered, with its client (and which offer of it), and the buckets whose
@@ -61,7 +65,15 @@ impl Engaged {
             budget: ListBudget::new(usize::MAX >> 4, 0.0),
             shutdown: shutdown.clone(),
             shard: None,
+            remember: None,
         }
+    }
+
+    /// Each project's index remembers every answer its events make for `window`
+    /// ([`ProjectIndex::remembering`]).
+    pub fn remembering(mut self, window: Duration) -> Self {
+        self.remember = Some(window);
+        self
     }
 
     /// Watch only the projects of `buckets`, as they change: a project offered is started once
@@ -184,7 +196,7 @@ impl Engaged {
     /// Start a project's watches (HTTPProxy and Namespace; the kinds its proxies read as they
     /// come to: [`ProjectWatches`]); its namespaces are written once all have listed.
     fn start(&self, name: &str, client: Client) {
-        let index = Arc::new(ProjectIndex::default());
+        let index = Arc::new(self.remember.map_or_else(ProjectIndex::default, ProjectIndex::remembering));
         // What the project's watches mark changed; its task moves them on.
         let tx = Dirty::default();
         self.clients.write().insert(name.to_owned(), client.clone());

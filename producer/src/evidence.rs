@@ -15,7 +15,10 @@
 //! - nothing in that project namespace fails to decode;
 //! - no answer of the project's seen within `--withdraw-after` + `--grace` named any of the
 //!   copy's addresses, nor does its answer now (whatever the record says: a record may not have
-//!   named an address that served, after a hand edit, a failed write, a replica not leading).
+//!   named an address that served, after a hand edit, a failed write, a replica not leading);
+//!   the answers seen are the writes' and, after every watch event, the project index's own
+//!   ([`ProjectIndex::remembering`]): the writes coalesce, so a state that lasted less than one
+//!   recompute is seen only there.
 //!
 //! - and, before the DELETE, the project has answered a read within [`ANSWERED_WITHIN`]
 //!   ([`Gate::confirm`]): a project cut off silently looks whole in memory until its watches time
@@ -220,6 +223,7 @@ impl Evidence {
         };
         let mut serving = self.memory.unwritten.lock().recent(hub_ns, now);
         serving.extend(self.memory.served.lock().recent(hub_ns, now));
+        serving.extend(index.recently_served(&namespace, now));
         serving.extend(index.reachable(&namespace).addresses);
         let serving = Record::from_entries(serving.iter().map(String::as_str));
         Owner::Watched(Watched {

@@ -53,6 +53,9 @@ pub async fn run(mut args: Args) -> anyhow::Result<()> {
     start_hub_watches(&hub, &view, &triggers, shutdown);
     let mut engaged = Engaged::new(projects, triggers.clone(), shutdown)
         .within(ListBudget::new(usize::from(args.project_lists_in_flight), args.project_lists_per_second));
+    if args.prune {
+        engaged = engaged.remembering(args.withdraw_after + args.deletion.grace);
+    }
     let owner = sharing.map(|config| {
         let (engage, buckets) = tokio::sync::watch::channel(BTreeSet::new());
         engaged = engaged.clone().sharing(buckets);

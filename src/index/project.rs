@@ -18,6 +18,7 @@ use super::source::follow::SnapshotSink;
 use crate::core::project::{HttpProxy, NamespaceMeta, NetworkInterface, NetworkService};
 use crate::core::reachability::{Needs, ProjectNamespace, Reachability, needs, reachable, reachable_addresses};
 use crate::core::slice::Slice;
+use crate::core::unwritten::Unwritten;
 
 /// The five watches, in the order of [`ProjectIndex`]'s sync flags.
 const KINDS: usize = 5;
@@ -43,6 +44,11 @@ pub struct ProjectIndex {
     /// Which of the kinds the proxies may read are watched now; changed, and checked against the
     /// proxies, only under this lock ([`ProjectIndex::start_watching`]).
     watching: Mutex<[bool; KINDS]>,
+    /// Every namespace's answer after each event, each address kept for a window after it was
+    /// last in one ([`ProjectIndex::remembering`]): the producer's work coalesces (each namespace's
+    /// latest state), so an address that served only between two of its recomputes is known here
+    /// alone, and its copy is kept for the window all the same.
+    served: Mutex<Option<Unwritten>>,
 }
 
 impl Default for ProjectIndex {
@@ -57,11 +63,34 @@ impl Default for ProjectIndex {
             engagement: MADE.fetch_add(1, Ordering::Relaxed),
             undecodable: RwLock::default(),
             watching: Mutex::default(),
+            served: Mutex::default(),
         }
     }
 }
 
 impl ProjectIndex {
+    /// An index that remembers, from the events themselves, each address its namespaces' answers
+    /// named for `window` after it was last named ([`ProjectIndex::recently_served`]).
+    pub fn remembering(window: Duration) -> Self {
+        let index = ProjectIndex::default();
+        *index.served.lock() = Some(Unwritten::new(window));
+        index
+    }
+
+    /// The addresses `namespace`'s answer named, after any event, within the window before `now`
+    /// (empty for an index that does not remember).
+    pub fn recently_served(&self, namespace: &str, now: Instant) -> Vec<String> {
+        self.served.lock().as_ref().map(|served| served.recent(namespace, now)).unwrap_or_default()
+    }
+
+    /// After an event in `namespace`: its answer now, remembered.
+    fn answered(&self, namespace: &str) {
+        let mut served = self.served.lock();
+        let Some(served) = served.as_mut() else { return };
+        let addresses = self.reachable(namespace).addresses;
+        served.observe(namespace, &addresses, crate::index::clock::now());
+    }
+
     /// Every watch listed whole and followed without an error since.
     pub fn synced(&self) -> bool {
         self.synced.iter().all(|s| s.load(Ordering::Acquire))
@@ -329,6 +358,7 @@ impl<K: Indexed> SnapshotSink<K> for KindWriter {
         self.set_undecodable(K::SLOT, &ns, &name, false);
         K::map(self.index.namespaces.write().entry(ns.clone()).or_default()).insert(name, object);
         self.proxies_changed::<K>();
+        self.index.answered(&ns);
         self.changes.mark(Change::Namespace(ns));
     }
 
@@ -338,6 +368,7 @@ impl<K: Indexed> SnapshotSink<K> for KindWriter {
             K::map(objects).remove(&name);
         }
         self.set_undecodable(K::SLOT, &ns, &name, false);
+        self.index.answered(&ns);
         self.changes.mark(Change::Namespace(ns));
     }
 
@@ -352,6 +383,7 @@ impl<K: Indexed> SnapshotSink<K> for KindWriter {
         if gone && let Some(objects) = self.index.namespaces.write().get_mut(&ns) {
             K::map(objects).remove(&name);
         }
+        self.index.answered(&ns);
         self.changes.mark(Change::Namespace(ns));
     }
 }
@@ -374,6 +406,10 @@ impl SnapshotSink<NamespaceMeta> for KindWriter {
         if let Some(name) = object.metadata.name {
             self.index.uids.write().remove(&name);
             self.index.namespaces.write().remove(&name);
+            // Its hub namespace has no project namespace now, and its copies are kept as unwatched.
+            if let Some(served) = self.index.served.lock().as_mut() {
+                served.written(&name);
+            }
             // Its proxies went with it: what the project's proxies read may have changed.
             self.changes.mark(Change::Namespace(name));
         }
@@ -471,6 +507,35 @@ mod tests {
         slices.relist_started();
         slices.relist_done();
         assert_eq!(index.whole_for(before_failure), Some(Duration::ZERO), "the run starts again at the relist");
+    }
+
+    /// An address that served only between two events' worth of the producer's coalesced work
+    /// (a proxy made, then deleted, before any recompute) is remembered from the events for the
+    /// window: the soak on 2fe1edc saw a copy deleted 3.1 s after its address served, in a
+    /// namespace whose first recompute came after its pod had stopped serving.
+    #[test]
+    fn an_answer_between_two_recomputes_is_remembered_from_the_events() {
+        let index = Arc::new(ProjectIndex::remembering(Duration::from_secs(5)));
+        let tx = crate::index::dirty::Dirty::default();
+        let mut proxies: Whole<_, HttpProxy> = Whole::new(KindWriter::new(Arc::clone(&index), tx.clone()));
+        let mut slices: Whole<_, Slice> = Whole::new(KindWriter::new(Arc::clone(&index), tx));
+        slices.relist_started();
+        slices.listed(copy("p", "vm-1", &["fd00::1"]));
+        slices.relist_done();
+        proxies.relist_started();
+        proxies.relist_done();
+        let proxy: HttpProxy = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "web", "namespace": "p"},
+            "spec": {"rules": [{"backends": [{"instance": {"name": "vm-1"}}]}]},
+        }))
+        .expect("proxy");
+        proxies.applied(proxy.clone());
+        proxies.deleted(proxy);
+        let now = crate::index::clock::now();
+        assert!(index.reachable("p").addresses.is_empty(), "nothing serves now");
+        assert_eq!(index.recently_served("p", now), ["fd00::1"], "served a moment ago");
+        assert!(index.recently_served("p", now + Duration::from_secs(5)).is_empty(), "forgotten after the window");
+        assert!(ProjectIndex::default().recently_served("p", now).is_empty(), "an index that does not remember");
     }
 
     /// A proxy that comes to read a kind not watched makes the project not whole at once, in

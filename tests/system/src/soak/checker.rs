@@ -9,9 +9,9 @@
 //!    bound, which in a burst of held-up writes, the project frozen, can be seconds early and so
 //!    lenient), except a deletion less than [`PROPAGATION`] after the address was served again
 //!    following a break longer than that (the news cannot have reached the producer's pruning:
-//!    counted as a race), and runs of serving shorter than [`PROPAGATION`] (they may begin and end
-//!    between two of the producer's looks at the namespace: counted as blips, [`last_seen_served`]);
-//!    no write is refused whose address has been served, without a break, for that long (outside
+//!    counted as a race); a run of serving however short counts (the producer remembers every
+//!    answer its project watches' events make, not only those its coalesced work computes); no
+//!    write is refused whose address has been served, without a break, for that long (outside
 //!    faults);
 //!    A deletion by the producer of a copy whose address the hub's record had named again for more
 //!    than 2 s (by the checker's own watch of the records, which trails the hub) is a violation
@@ -91,9 +91,6 @@ pub struct Findings {
     /// Addresses withdrawn while the project was cut off that were not served throughout the
     /// cut's beginning: the producer's last whole view may have seen them unserved.
     pub withdrawn_during_cut: usize,
-    /// Copies deleted within the window of a run of serving shorter than [`PROPAGATION`], and of
-    /// no longer one: the producer may never have seen it.
-    pub blips: usize,
     /// Copies deleted less than [`PROPAGATION`] after their address was served again, following
     /// a break longer than the window: a race with news that cannot have reached the pruner.
     pub raced: usize,
@@ -312,20 +309,7 @@ impl Checker {
             self.findings.lock().expect("findings").raced += 1;
             return;
         }
-        let runs = truth.runs.get(&addr_key).map_or(&[][..], Vec::as_slice);
-        let ongoing = truth.served_since.get(&addr_key).copied();
-        let seen = last_seen_served(runs, ongoing, truth.last_served.get(&addr_key).copied());
-        let within = |t: &Instant| at.saturating_duration_since(*t) < self.window;
-        if seen.filter(within).is_none() && truth.last_served.get(&addr_key).is_some_and(within) {
-            drop(truth);
-            eprintln!(
-                "soak: blip: copy {}/{} ({}) deleted within the window of a run of serving shorter than {PROPAGATION:?}",
-                k.0, k.1, addr_key.1
-            );
-            self.findings.lock().expect("findings").blips += 1;
-            return;
-        }
-        if let Some(last) = seen.as_ref().filter(|t| within(t)) {
+        if let Some(last) = truth.last_served.get(&addr_key).filter(|t| at.duration_since(**t) < self.window) {
             let ago = at.duration_since(*last);
             // The checker's own history of the address, to tell its view's lag from edgegate's.
             let before = |t: Option<&Instant>| t.map(|t| format!("{:.1?} before", at.saturating_duration_since(*t)));
@@ -532,21 +516,6 @@ pub fn served_through(runs: &[(Instant, Instant)], ongoing: Option<Instant>, fro
     ongoing.is_some_and(|s| s <= from) || runs.iter().any(|(s, e)| *s <= from && to <= *e)
 }
 
-/// When the address was last served in a run the producer must have seen: one at least
-/// [`PROPAGATION`] long (`last`, the latest sample that saw it served, for the run going on since
-/// `ongoing`). A shorter run may begin and end between two of the producer's looks at its
-/// namespace: its work is level-triggered (each namespace's latest state), so a state it never
-/// computed leaves no trace in it. `None` when no run was that long.
-pub fn last_seen_served(
-    runs: &[(Instant, Instant)],
-    ongoing: Option<Instant>,
-    last: Option<Instant>,
-) -> Option<Instant> {
-    let current = ongoing.zip(last).filter(|(s, l)| l.saturating_duration_since(*s) >= PROPAGATION).map(|(_, l)| l);
-    let ended = runs.iter().filter(|(s, e)| e.saturating_duration_since(*s) >= PROPAGATION).map(|(_, e)| *e).max();
-    current.or(ended)
-}
-
 pub fn new(
     window: Duration,
     collect_within: Duration,
@@ -616,25 +585,6 @@ mod tests {
         ];
         for (runs, ongoing, judged) in cases {
             assert_eq!(served_through(&runs, ongoing, from, to), judged, "{runs:?} {ongoing:?}");
-        }
-    }
-
-    /// Invariant 1 dates an address's last serving by its last run long enough to be seen.
-    #[test]
-    fn a_blip_shorter_than_propagation_is_not_judged() {
-        let t = Instant::now();
-        let s = |x: u64| t + Duration::from_millis(x);
-        let cases = [
-            // (ended runs, going on since, last sample, last seen served)
-            (vec![(s(0), s(600))], None, None, None), // the soak's blip: 0.6 s
-            (vec![(s(0), s(5000)), (s(6000), s(6600))], None, None, Some(s(5000))), // a blip after a run
-            (vec![(s(0), s(3000))], None, None, Some(s(3000))), // exactly PROPAGATION: seen
-            (vec![], Some(s(0)), Some(s(4000)), Some(s(4000))), // going on for 4 s
-            (vec![(s(0), s(5000))], Some(s(6000)), Some(s(7000)), Some(s(5000))), // going on for 1 s
-            (vec![], None, None, None),
-        ];
-        for (runs, ongoing, last, seen) in cases {
-            assert_eq!(last_seen_served(&runs, ongoing, last), seen, "{runs:?} {ongoing:?} {last:?}");
         }
     }
 }

@@ -250,11 +250,6 @@ pub async fn run(config: Config) -> Report {
         checker::PROPAGATION,
         findings.raced
     );
-    eprintln!(
-        "soak: deletions within the window of a run of serving shorter than {:?} only (a blip the producer may never have seen, not judged): {}",
-        checker::PROPAGATION,
-        findings.blips
-    );
     eprintln!("soak: readiness after each fault: {readiness:.1?}");
     let lag = view.lag.lock().expect("lag");
     eprintln!(
