@@ -7,8 +7,11 @@
 #   layer 2: /usr/local/bin/{edgegate-webhook,edgegate-pruner,edgegate-producer,edgegate};
 # run as 65532:65532 with the webhook as entrypoint, as the Dockerfile's image.
 #
-#   scripts/image.sh [--bin-dir DIR] [--out FILE] [--test-build]
+#   scripts/image.sh [--arch amd64|arm64] [--bin-dir DIR] [--out FILE] [--test-build]
 #
+# --arch: the platform, linux/amd64 (default) or linux/arm64; the packages are downloaded for it
+# (arm64 needs it added to dpkg as a foreign architecture, as scripts/cross-arm64.sh does) and
+# --bin-dir must hold binaries built for it.
 # --bin-dir: where the four binaries are (default: target/release, after `cargo build --release
 # --locked -p edgegate -p edgegate-webhook -p edgegate-pruner -p edgegate-producer`: the four
 # packages alone, so no test package's features reach them). --out: the archive (default:
@@ -18,14 +21,15 @@
 #
 # Reproducible: the same binaries, packages, commit and SOURCE_DATE_EPOCH (default 0, the time of
 # every file and of the image) give the same digest. The builder (tests/image, go-containerregistry)
-# is built once into a cache keyed by its version, as are the .deb files; both under a lock, so
-# two runs at once are safe.
+# is built once into a cache keyed by its version (tests/image/build.sh), as are the .deb files;
+# both under a lock, so two runs at once are safe.
 set -euo pipefail
 umask 022
 repo=$(cd "$(dirname "$0")/.." && pwd)
 target=${CARGO_TARGET_DIR:-$repo/target}
 bin_dir=
 test_build=0
+arch=amd64
 out=$target/edgegate-image.tar
 while [[ $# -gt 0 ]]; do
   case $1 in
@@ -34,33 +38,20 @@ while [[ $# -gt 0 ]]; do
     --out) out=$2; shift 2 ;;
     --out=*) out=${1#*=}; shift ;;
     --test-build) test_build=1; shift ;;
+    --arch) arch=$2; shift 2 ;;
+    --arch=*) arch=${1#*=}; shift ;;
     -h | --help) sed -n '2,/^set -e/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) echo "image.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
-arch=$(dpkg --print-architecture)
-[[ $arch == amd64 ]] || { echo "image.sh: the image is linux/amd64; this machine's packages are $arch" >&2; exit 1; }
+[[ $arch == amd64 || $arch == arm64 ]] || { echo "image.sh: --arch $arch: amd64 or arm64" >&2; exit 2; }
+if [[ $arch != $(dpkg --print-architecture) ]] && ! dpkg --print-foreign-architectures | grep -qx "$arch"; then
+  echo "image.sh: --arch $arch: dpkg knows no $arch packages here (dpkg --add-architecture $arch; apt-get update)" >&2
+  exit 1
+fi
 cache_root=${EDGEGATE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/edgegate}
 
-# The builder, keyed by the go-containerregistry version (the directory) and by its own source
-# (the file name), so an edited main.go is rebuilt.
-src=$repo/tests/image
-ggcr=$(awk '{for (i = 1; i < NF; i++) if ($i == "github.com/google/go-containerregistry") print $(i + 1)}' "$src/go.mod")
-src_hash=$(cat "$src/go.mod" "$src/go.sum" "$src/main.go" | sha256sum | cut -c1-12)
-builder_dir=$cache_root/image-builder/$ggcr
-builder=$builder_dir/image-builder-$src_hash
-if [[ ! -x $builder ]]; then
-  mkdir -p "$builder_dir"
-  exec 9>"$builder_dir/.lock"
-  flock 9
-  if [[ ! -x $builder ]]; then # else built by whoever held the lock before us
-    start=$(date +%s)
-    (cd "$src" && GOFLAGS=-mod=mod go build -p 2 -trimpath -ldflags "-s -w" -o "$builder.tmp" .) >&2
-    mv "$builder.tmp" "$builder"
-    echo "built the image builder (go-containerregistry $ggcr) in $(( $(date +%s) - start ))s" >&2
-  fi
-  exec 9>&-
-fi
+builder=$("$repo/tests/image/build.sh")
 
 # The binaries.
 if [[ -z $bin_dir ]]; then
@@ -72,7 +63,14 @@ for b in edgegate-webhook edgegate-pruner edgegate-producer edgegate; do
 done
 # A producer built with the test packages' features (`cargo build --workspace`) has switches that
 # turn off its fences and grace: never in an image, unless it is a test's own.
-if ((test_build == 0)) && [[ $("$bin_dir/edgegate-producer" --help 2>&1 || true) == *test-only* ]]; then
+# (An arm64 producer runs under qemu-user, with Debian's arm64 cross libraries.)
+run=()
+[[ $arch == "$(dpkg --print-architecture)" ]] || run=(qemu-aarch64 -L /usr/aarch64-linux-gnu)
+if ((test_build == 0)) && ! help=$("${run[@]}" "$bin_dir/edgegate-producer" --help 2>&1); then
+  echo "image.sh: $bin_dir/edgegate-producer --help failed: $help" >&2
+  exit 1
+fi
+if ((test_build == 0)) && [[ $help == *test-only* ]]; then
   echo "image.sh: $bin_dir/edgegate-producer has --test-only-* flags (built with the test package's features):" \
     "build the four packages by name (cargo build --release --locked -p edgegate -p edgegate-webhook -p edgegate-pruner -p edgegate-producer)" >&2
   exit 1
@@ -86,7 +84,7 @@ mkdir -p "$debs"
 exec 8>"$debs/.lock"
 flock 8
 candidate() { apt-cache policy "$1" | awk '$1 == "Candidate:" { print $2 }'; }
-download() { (cd "$debs/.partial" && apt-get download -qq -o APT::Sandbox::User=root "$1=$2" </dev/null) >&2; }
+download() { (cd "$debs/.partial" && apt-get download -qq -o APT::Sandbox::User=root "$1:$arch=$2" </dev/null) >&2; }
 deb_files=()
 notes=()
 while read -r pkg version; do
@@ -99,7 +97,7 @@ while read -r pkg version; do
       apt-get update -qq </dev/null >&2
       if ! download "$pkg" "$version"; then
         echo "image.sh: $pkg $version, pinned in scripts/image-packages.txt, is not in the archive any more" \
-          "(apt offers $(candidate "$pkg")): move the pin as docs/from-source.md says" >&2
+          "(apt offers $(candidate "$pkg:$arch")): move the pin as docs/from-source.md says" >&2
         exit 1
       fi
     fi
@@ -127,7 +125,7 @@ mkdir -p "$(dirname "$out")"
 out=$(cd "$(dirname "$out")" && pwd)/$(basename "$out")
 start=$(date +%s)
 digest=$("$builder" \
-  --rootfs "$work/rootfs" --packages "${notes[*]}" --bin-dir "$bin_dir" --out "$out" \
+  --rootfs "$work/rootfs" --packages "${notes[*]}" --bin-dir "$bin_dir" --out "$out" --arch "$arch" \
   --tag "ghcr.io/datum-cloud/edgegate:v$version" --epoch "${SOURCE_DATE_EPOCH:-0}" \
   --source "$source_url" --revision "$revision" --version "$version")
 echo "wrote $out ($(du -h "$out" | cut -f1), ${notes[*]}) in $(( $(date +%s) - start ))s" >&2

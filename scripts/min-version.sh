@@ -5,6 +5,8 @@
 #   scripts/min-version.sh              prints OK/FAIL per render, exits 1 if any fails
 #   scripts/min-version.sh FILE.yaml... the same for manifests already rendered (a release's,
 #                                       scripts/release.sh) instead of its own renders
+#   scripts/min-version.sh --newest ... the same against the NEWEST supported version instead (the
+#                                       tests' kube-apiserver, tests/control-plane/build.sh)
 #
 # Builds (or finds in the cache) kube-apiserver and etcd with tests/control-plane-min/build.sh
 # (cold: about 15 minutes of Go build on 2 cores; cached by version after that), starts them on
@@ -26,6 +28,11 @@
 set -euo pipefail
 started=$(date +%s)
 manifests=()
+newest=0
+if [[ ${1:-} == --newest ]]; then
+  newest=1
+  shift
+fi
 for file in "$@"; do
   [[ -f $file ]] || { echo "min-version.sh: $file is not a file" >&2; exit 2; }
   manifests+=("$(cd "$(dirname "$file")" && pwd)/$(basename "$file")")
@@ -36,7 +43,11 @@ for tool in kubectl openssl curl python3; do
   command -v "$tool" >/dev/null || { echo "min-version.sh: needs $tool on PATH" >&2; exit 2; }
 done
 
-bin=$("$repo/tests/control-plane-min/build.sh")
+if ((newest)); then
+  bin=$("$repo/tests/control-plane/build.sh")
+else
+  bin=$("$repo/tests/control-plane-min/build.sh")
+fi
 
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/edgegate-min-version.XXXXXX")
 pids=()

@@ -12,7 +12,11 @@
 // group names, keeps its mode, has the mtime --epoch and comes in sorted order; gzip carries no
 // name or time; the config's times are --epoch too. The same inputs give the same digest, printed
 // on stdout, and it is the digest `crane push` gives the pushed manifest (checked by reading the
-// archive back).
+// archive back). --arch names the platform (amd64, arm64) the binaries and packages are for.
+//
+// `image-builder index --out DIR ARCHIVE...` writes the archives' images as one OCI image index
+// (each entry's platform read from its config) in an OCI image layout at DIR, which
+// `crane push --index DIR REF` pushes; it prints the index's digest. Deterministic too.
 package main
 
 import (
@@ -32,8 +36,10 @@ import (
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/empty"
+	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
+	"github.com/google/go-containerregistry/pkg/v1/types"
 	"github.com/klauspost/compress/gzip"
 )
 
@@ -66,11 +72,29 @@ func main() {
 	revision := flag.String("revision", "", "label org.opencontainers.image.revision")
 	version := flag.String("version", "", "label org.opencontainers.image.version")
 	level := flag.Int("gzip-level", gzip.DefaultCompression, "gzip level of the layers")
+	arch := flag.String("arch", "amd64", "the platform's architecture (linux/ARCH): amd64 or arm64")
+	if len(os.Args) > 1 && os.Args[1] == "index" {
+		indexOut := flag.NewFlagSet("index", flag.ExitOnError)
+		dir := indexOut.String("out", "", "OCI image layout directory to write (must not exist)")
+		_ = indexOut.Parse(os.Args[2:])
+		if *dir == "" || indexOut.NArg() == 0 {
+			fail(fmt.Errorf("index: --out DIR and at least one image archive are required"))
+		}
+		digest, err := index(*dir, indexOut.Args())
+		if err != nil {
+			fail(err)
+		}
+		fmt.Println(digest)
+		return
+	}
 	flag.Parse()
 	if *rootfs == "" || *bins == "" || *out == "" {
 		fail(fmt.Errorf("--rootfs, --bin-dir and --out are required"))
 	}
-	digest, err := build(*rootfs, *packages, *bins, *out, *tag, time.Unix(*epoch, 0).UTC(), map[string]string{
+	if *arch != "amd64" && *arch != "arm64" {
+		fail(fmt.Errorf("--arch %q: amd64 or arm64", *arch))
+	}
+	digest, err := build(*rootfs, *packages, *bins, *out, *tag, *arch, time.Unix(*epoch, 0).UTC(), map[string]string{
 		"org.opencontainers.image.source":   *source,
 		"org.opencontainers.image.revision": *revision,
 		"org.opencontainers.image.version":  *version,
@@ -86,7 +110,7 @@ func fail(err error) {
 	os.Exit(1)
 }
 
-func build(rootfs, packages, bins, out, tag string, t time.Time, labels map[string]string, level int) (string, error) {
+func build(rootfs, packages, bins, out, tag, arch string, t time.Time, labels map[string]string, level int) (string, error) {
 	ref, err := name.NewTag(tag)
 	if err != nil {
 		return "", err
@@ -146,7 +170,7 @@ func build(rootfs, packages, bins, out, tag string, t time.Time, labels map[stri
 	cf = cf.DeepCopy()
 	cf.Created = v1.Time{Time: t}
 	cf.OS = "linux"
-	cf.Architecture = "amd64"
+	cf.Architecture = arch
 	cf.Config = v1.Config{
 		User:       fmt.Sprintf("%d:%d", uid, uid),
 		Entrypoint: []string{"/" + path.Join(binDir, binaries[0])},
@@ -183,6 +207,52 @@ func build(rootfs, packages, bins, out, tag string, t time.Time, labels map[stri
 		return "", fmt.Errorf("the archive reads back as %v (%v), not %v", got, err, digest)
 	}
 	return digest.String(), os.Rename(part, out)
+}
+
+// index writes the images of the archives as one OCI image index in an OCI image layout at dir,
+// each entry with its config's platform, and returns the index's digest.
+func index(dir string, archives []string) (string, error) {
+	if _, err := os.Stat(dir); err == nil {
+		return "", fmt.Errorf("%s exists", dir)
+	}
+	ii := mutate.IndexMediaType(empty.Index, types.OCIImageIndex)
+	seen := map[string]string{}
+	for _, a := range archives {
+		img, err := tarball.ImageFromPath(a, nil)
+		if err != nil {
+			return "", fmt.Errorf("%s: %w", a, err)
+		}
+		cf, err := img.ConfigFile()
+		if err != nil {
+			return "", fmt.Errorf("%s: %w", a, err)
+		}
+		platform := cf.Platform()
+		if platform == nil || platform.OS == "" || platform.Architecture == "" {
+			return "", fmt.Errorf("%s: its config names no platform", a)
+		}
+		if other, ok := seen[platform.String()]; ok {
+			return "", fmt.Errorf("%s and %s are both %s", other, a, platform)
+		}
+		seen[platform.String()] = a
+		ii = mutate.AppendManifests(ii, mutate.IndexAddendum{Add: img, Descriptor: v1.Descriptor{Platform: platform}})
+	}
+	if _, err := layout.Write(dir, ii); err != nil {
+		return "", err
+	}
+	// What crane push --index (layout.ImageIndexFromPath) will push must be what was built.
+	back, err := layout.ImageIndexFromPath(dir)
+	if err != nil {
+		return "", err
+	}
+	want, err := ii.Digest()
+	if err != nil {
+		return "", err
+	}
+	got, err := back.Digest()
+	if err != nil || got != want {
+		return "", fmt.Errorf("the layout reads back as %v (%v), not %v", got, err, want)
+	}
+	return want.String(), nil
 }
 
 // walk lists the tree under root (not root itself), as entries named prefix/relative path.
