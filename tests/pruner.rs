@@ -627,6 +627,42 @@ async fn with_no_grace_the_evidence_is_still_asked() {
     assert_eq!(pruner.pass(&ns).await, [Outcome::Deleted], "allowed now");
 }
 
+/// A gate that learns the copy's address is served again once the record has been read (the
+/// project's news arriving while the read is under way).
+struct ServedOnceRead {
+    log: Log,
+}
+
+impl edgegate::runtime::prune::gate::Gate for ServedOnceRead {
+    fn doubt(&self, _: &edgegate::core::plan::Deletion, _: std::time::Instant, _: std::time::Instant) -> Option<Doubt> {
+        let read = self.log.lock().expect("log").iter().any(|s| record_read(s.path()).is_some());
+        read.then_some(Doubt::Served)
+    }
+    fn wait(&self, _: &str) -> bool {
+        true
+    }
+    fn waited_for(&self) -> Duration {
+        Duration::ZERO
+    }
+}
+
+/// The record's read before the DELETE can take seconds (a hub restarting holds it), so the
+/// evidence is asked after it, last before the DELETE: a copy whose address was served again
+/// meanwhile is kept. Failed on 9a60969 (the 30-minute soak: a copy deleted 4.6 s after its
+/// address was served again, the read held up by a hub restart): the evidence was asked before
+/// the read, and nothing but the DELETE came after.
+#[tokio::test(start_paused = true)]
+async fn a_copy_served_again_while_its_record_is_read_is_kept() {
+    let copies = vec![copy("ns-a", "web", &["fd00::9"])];
+    let (mut pruner, log, _) = held_pruner(vec![record("ns-a", &[])], copies, Duration::ZERO, Duration::ZERO);
+    pruner.gate = Some(Arc::new(ServedOnceRead { log: Arc::clone(&log) }));
+    let ns = Scope::Namespace("ns-a".into());
+    assert_eq!(pruner.pass(&ns).await, [Outcome::Skipped], "served again: kept");
+    let reads = log.lock().expect("log").iter().filter(|s| record_read(s.path()).is_some()).count();
+    assert_eq!(reads, 1, "the record was read");
+    assert_eq!(log.lock().expect("log").iter().filter(|s| s.method == "DELETE").count(), 0, "no DELETE");
+}
+
 /// A record that cannot be read right before the DELETE keeps the copy, and counts as an error
 /// (the deletions-failing alert), not as a copy judged again.
 #[tokio::test]

@@ -265,20 +265,21 @@ impl Pruner {
             }
         }
         // The evidence confirmed live (a project cut off silently still looks whole in memory),
-        // before the last judgement and the record's read: nothing but the DELETE comes after.
+        // before the record's read and the last judgement: nothing but the DELETE comes after.
         if let Some(gate) = &self.gate
             && !gate.confirm(&now).await
         {
             gate.wait(&now.namespace);
             return Outcome::Skipped;
         }
-        // The turn may have been a long wait.
-        let Some(now) = self.judge_again(&now) else { return Outcome::Skipped };
         match self.unnamed_as_read(&now).await {
             Ok(true) => {}
             Ok(false) => return Outcome::Skipped,
             Err(()) => return Outcome::Error,
         }
+        // The turn and the read may have been long waits (a hub restarting holds the read for
+        // seconds, while the project may serve the address again): judged last, in memory.
+        let Some(now) = self.judge_again(&now) else { return Outcome::Skipped };
         // Leadership again, and the gate's word that the copy is still this replica's to delete
         // (a shared producer's bucket may have moved): the read may have taken a while.
         if !self.may_delete() || self.gate.as_ref().is_some_and(|g| !g.still_ours(&now)) {
