@@ -5,8 +5,7 @@
 use clap::Parser;
 use edgegate_producer::{args, run};
 
-#[tokio::main]
-async fn main() -> std::process::ExitCode {
+fn main() -> std::process::ExitCode {
     let args = args::Args::parse();
-    edgegate::runtime::process::main("edgegate-producer", args.log_format, run::run(args)).await
+    edgegate::runtime::process::main("edgegate-producer", args.log_format, run::run(args))
 }

@@ -4,8 +4,7 @@
 use clap::Parser;
 use edgegate_pruner::{args, run};
 
-#[tokio::main]
-async fn main() -> std::process::ExitCode {
+fn main() -> std::process::ExitCode {
     let args = args::Args::parse();
-    edgegate::runtime::process::main("edgegate-pruner", args.log_format, run::run(args)).await
+    edgegate::runtime::process::main("edgegate-pruner", args.log_format, run::run(args))
 }

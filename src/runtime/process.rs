@@ -7,15 +7,24 @@ use std::process::ExitCode;
 
 use super::flags::LogFormat;
 
-/// Set up logs in `format`, run `run`, and turn its result into the exit code, logging a failure
-/// with its whole context chain. A panic anywhere ends the process
-/// ([`supervise::exit_on_panic`](super::supervise::exit_on_panic)). Each binary's `main` is this
-/// one call.
-pub async fn main(name: &str, format: LogFormat, run: impl Future<Output = anyhow::Result<()>>) -> ExitCode {
+/// Set up logs in `format`, start the async runtime, run `run` on it, and turn its result into the
+/// exit code, logging a failure with its whole context chain. A panic anywhere ends the process
+/// ([`supervise::exit_on_panic`](super::supervise::exit_on_panic)). Each binary's `main` parses
+/// its flags and then makes this one call: `--help`, `--version` and a bad flag answer before any
+/// thread starts (Debian 12's qemu-user, which runs the arm64 builds in a release, never returns
+/// from starting this runtime's threads).
+pub fn main(name: &str, format: LogFormat, run: impl Future<Output = anyhow::Result<()>>) -> ExitCode {
     init_tracing(format);
     super::supervise::exit_on_panic();
     raise_open_files();
-    match run.await {
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            tracing::error!(%error, "{name} cannot start its async runtime");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run) {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
             tracing::error!(error = format!("{error:#}"), "{name} failed");

@@ -30,9 +30,8 @@ async fn tokenised(body: Bytes) -> Response {
     }
 }
 
-#[tokio::main]
-async fn main() -> std::process::ExitCode {
+fn main() -> std::process::ExitCode {
     let args = args::Args::parse();
     let extra = Router::new().route("/ceiling", post(ceiling)).route("/ceiling/tokenised", post(tokenised));
-    edgegate::runtime::process::main("ceiling", args.log_format, run::serve(args, extra)).await
+    edgegate::runtime::process::main("ceiling", args.log_format, run::serve(args, extra))
 }
