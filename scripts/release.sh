@@ -136,7 +136,8 @@ if [[ " ${archs[*]} " == *" arm64 "* ]]; then
 fi
 # How each platform's binaries run here: arm64 under qemu-user, first with Debian's arm64 cross
 # libraries, then (below) with the image's own. And how their dynamic symbols are read.
-runner() { case $1 in amd64) ;; arm64) echo "qemu-aarch64 -L ${2:-/usr/aarch64-linux-gnu}" ;; esac; }
+# Each run bounded: a binary that hangs under emulation fails the release, saying so.
+runner() { case $1 in amd64) echo "timeout 60" ;; arm64) echo "timeout 60 qemu-aarch64 -L ${2:-/usr/aarch64-linux-gnu}" ;; esac; }
 objdump_of() { case $1 in amd64) echo objdump ;; arm64) echo aarch64-linux-gnu-objdump ;; esac; }
 binaries=(edgegate edgegate-webhook edgegate-pruner edgegate-producer)
 for arch in "${archs[@]}"; do
@@ -144,7 +145,7 @@ for arch in "${archs[@]}"; do
   run=$(runner "$arch")
   for b in "${binaries[@]}"; do
     [[ -x $dir/$b ]] || { echo "release.sh: $dir/$b is missing" >&2; exit 1; }
-    said=$($run "$dir/$b" --version)
+    said=$($run "$dir/$b" --version) || { echo "release.sh: $arch $b --version failed or hung ($run)" >&2; exit 1; }
     [[ $said == *" $version"* ]] || { echo "release.sh: $arch $b --version says '$said', not $version" >&2; exit 1; }
     # cargo-auditable's dependency list, which scanners (cargo audit bin, trivy, syft) read.
     if ! $(objdump_of "$arch") -h "$dir/$b" | grep -q '\.dep-v0'; then
