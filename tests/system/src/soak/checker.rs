@@ -106,9 +106,8 @@ struct Truth {
     last_served: HashMap<(String, String), Instant>,
     /// Since when each address has been served without a break.
     served_since: HashMap<(String, String), Instant>,
-    /// When each address's last run of being served ended.
-    streak_ended: HashMap<(String, String), Instant>,
-    /// Each address's runs of being served that ended in the last [`RUNS_KEPT`]: (began, ended).
+    /// Each address's runs of being served that ended, (began, ended): the last one always, the
+    /// others for [`RUNS_KEPT`].
     runs: HashMap<(String, String), Vec<(Instant, Instant)>>,
     /// Since when each address of a copy has not been served.
     unserved_since: HashMap<(String, String), Instant>,
@@ -121,6 +120,13 @@ struct Truth {
     /// Since when the checker's watch of the records has been whole without a break (`None`
     /// while it is broken or relisting): only then is `named_since` the hub's.
     records_whole_since: Option<Instant>,
+}
+
+impl Truth {
+    /// When the address's last run of being served ended.
+    fn streak_ended(&self, key: &(String, String)) -> Option<Instant> {
+        self.runs.get(key).and_then(|runs| runs.last()).map(|(_, ended)| *ended)
+    }
 }
 
 pub struct Checker {
@@ -179,7 +185,6 @@ impl Checker {
             // Served until the change that ended it was sent: the view may have received it late.
             let last = view.sent_after(&k.0, last).map_or(last, |sent| sent.min(last));
             truth.last_served.insert(k.clone(), last);
-            truth.streak_ended.insert(k.clone(), last);
             let runs = truth.runs.entry(k).or_default();
             runs.retain(|(_, e)| now.saturating_duration_since(*e) < RUNS_KEPT);
             runs.push((began.min(last), last));
@@ -278,12 +283,8 @@ impl Checker {
             }
             return;
         }
-        let just_served = raced(
-            at,
-            truth.served_since.get(&addr_key).copied(),
-            truth.streak_ended.get(&addr_key).copied(),
-            self.window,
-        );
+        let just_served =
+            raced(at, truth.served_since.get(&addr_key).copied(), truth.streak_ended(&addr_key), self.window);
         // Seen gone only at a relist, the deletion's time is unknown: it may have come before. And
         // the checker's view of the records must have been whole since the address was named
         // (after a hub restart one watch may come back long before the other).
@@ -316,7 +317,7 @@ impl Checker {
             let history = format!(
                 "served without a break since: {:?}; last break began: {:?}",
                 before(truth.served_since.get(&addr_key)),
-                before(truth.streak_ended.get(&addr_key)),
+                before(truth.streak_ended(&addr_key).as_ref()),
             );
             drop(truth);
             self.violation(
