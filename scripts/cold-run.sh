@@ -7,8 +7,9 @@
 #
 #   scripts/cold-run.sh [--rev REV] [--dir DIR]
 #
-# Defaults: HEAD of this clone, /tmp/edgegate-cold. DIR is emptied first and holds the clone,
-# the caches and run.log. Run it alone on the machine: anything beside it lengthens the figure.
+# Defaults: HEAD of this clone, /tmp/edgegate-cold. DIR (new, or an earlier run's) is emptied
+# first and holds the clone, the caches and run.log. Run it alone on the machine: anything beside
+# it lengthens the figure.
 # Needs what the README lists (go, kubectl, openssl, curl, iproute2, libfaketime) and root.
 set -uo pipefail
 repo="$(cd "$(dirname "$0")/.." && pwd)"
@@ -24,6 +25,11 @@ while [ $# -gt 0 ]; do
 done
 [ "$(id -u)" = 0 ] || { echo "cold-run: needs root (the network-namespace and image suites)" >&2; exit 2; }
 commit=$(git -C "$repo" rev-parse --verify "$rev^{commit}") || exit 2
+# DIR is emptied: refuse one that holds anything but an earlier run's clone, caches and log.
+if [ -d "$dir" ] && [ -n "$(ls -A "$dir")" ] && [ ! -f "$dir/run.log" ] && [ ! -d "$dir/src/.git" ]; then
+  echo "cold-run: $dir is not empty and not an earlier cold run's; name another with --dir" >&2
+  exit 2
+fi
 rm -rf "$dir" && mkdir -p "$dir/cache" || exit 2
 git clone -q --no-checkout "$repo" "$dir/src" && git -C "$dir/src" checkout -q "$commit" || exit 2
 export CARGO_HOME="$dir/cache/cargo" GOCACHE="$dir/cache/go-build" GOMODCACHE="$dir/cache/gomod" \
