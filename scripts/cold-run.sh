@@ -46,19 +46,19 @@ python3 - "$dir/run.log" "$started" <<'EOF'
 import re, sys
 lines = open(sys.argv[1]).read().splitlines()
 started = int(sys.argv[2])
-times, current, passed, failed, ignored = [], None, 0, 0, 0
+times, current, first, passed, failed, ignored = [], None, None, 0, 0, 0
 for line in lines:
     stamp, _, text = line.partition(" ")
     m = re.match(r"\s*(Running|Doc-tests) (\S+)", text)
     if m:
         current, since = m.group(2), int(stamp)
+        first = first or since
     m = re.match(r"test result: \w+\. (\d+) passed; (\d+) failed; (\d+) ignored", text)
     if m and current:
         passed, failed, ignored = passed + int(m.group(1)), failed + int(m.group(2)), ignored + int(m.group(3))
         times.append((int(stamp) - since, current))
         current = None
-first = next((int(l.split(" ", 1)[0]) for l in lines if re.search(r"\s(Running|Doc-tests) ", l)), started)
-print(f"cold-run: {passed} passed, {failed} failed, {ignored} ignored; compiling {first - started} s, test binaries {sum(t for t, _ in times)} s")
+print(f"cold-run: {passed} passed, {failed} failed, {ignored} ignored; compiling {(first or started) - started} s, test binaries {sum(t for t, _ in times)} s")
 for took, name in sorted(times, reverse=True):
     if took >= 10:
         print(f"cold-run: {took:5d} s {name}")
